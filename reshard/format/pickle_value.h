@@ -43,7 +43,7 @@ enum class NodeKind : uint8_t {
   kGlobal,     // text = module, text2 = name (GLOBAL or STACK_GLOBAL)
   kReduce,     // items = {callable, args}
   kNewObj,     // items = {cls, args} (NEWOBJ) or {cls, args, kwargs} (NEWOBJ_EX)
-  kBuild,      // items = {object, state}
+  kBuild,      // items = {object, state}: BUILD on a node that is not a kReduce/kNewObj
   kPersId,     // items = {pid} (BINPERSID)
 };
 
@@ -58,7 +58,25 @@ struct Node {
   std::string text;   // str/bytes payload, big-int bytes, or the GLOBAL module
   std::string text2;  // the GLOBAL name
   std::vector<NodeId> items;
+  // Only for kReduce and kNewObj: what the pickle did to the object after creating it, in the
+  // shape of Python's 5-tuple __reduce__ (listitems, dictitems, state). SETITEMS on an
+  // OrderedDict() result lands in dict_items (k0, v0, k1, v1, ...), APPENDS on a list subclass
+  // in list_items, and BUILD's argument in `state`. They live on the object node itself, so
+  // every memo reference to the object sees them, as in Python. The writer re-emits them in
+  // Python's order: object, [memo], APPENDS, SETITEMS, BUILD.
+  std::vector<NodeId> list_items;
+  std::vector<NodeId> dict_items;
+  NodeId state = UINT32_MAX;
 };
+
+// Calls f(child) for every child of `n` in emission order: items, list_items, dict_items, state.
+template <typename F>
+void ForEachChild(const Node& n, F&& f) {
+  for (NodeId c : n.items) f(c);
+  for (NodeId c : n.list_items) f(c);
+  for (NodeId c : n.dict_items) f(c);
+  if (n.state != kNoNode) f(n.state);
+}
 
 class PickleTree {
  public:
