@@ -1,0 +1,39 @@
+// TreeToJson: a PickleTree as JSON, for `reshardfs inspect --json` and the tests.
+//
+// Encoding (every node, recursively; shared nodes are expanded where they occur):
+//   None -> null, bool -> true/false, int (fits int64) -> number, str -> string, list -> array;
+//   {"int": "<decimal>"} for ints beyond int64; {"float": x} ("nan", "inf", "-inf" as strings);
+//   {"bytes": "<hex>"}, {"bytearray": "<hex>"}, {"tuple": [...]}, {"dict": [[k, v], ...]},
+//   {"set": [...]}, {"frozenset": [...]}, {"global": [module, name]},
+//   {"reduce": [callable, args]} / {"newobj": [cls, args(, kwargs)]}, plus "listitems",
+//   "dictitems" and "state" keys on that object when the pickle added them,
+//   {"build": [object, state]}, {"persid": pid};
+//   a tensor rebuild (torch_tensor.h) -> {"tensor": {"dtype", "shape", "stride",
+//   "storage_offset", "storage", "requires_grad"}}.
+//
+// Expansion is bounded: nesting deeper than `max_depth` or more than `max_nodes` emitted nodes
+// (a DAG can expand exponentially) is kResourceExhausted; a cycle is kUnsupported.
+// Public header: C++17.
+#pragma once
+
+#include <cstdint>
+
+#include <nlohmann/json.hpp>
+
+#include "reshard/base/status.h"
+#include "reshard/format/pickle_value.h"
+
+namespace reshard::format {
+
+struct TreeJsonLimits {
+  uint32_t max_depth = 512;
+  uint64_t max_nodes = 1u << 24;
+};
+
+Result<nlohmann::ordered_json> TreeToJson(const PickleTree& tree, NodeId root,
+                                          const TreeJsonLimits& limits = {});
+
+// The decimal text of a kBigInt node's little-endian two's-complement bytes.
+std::string BigIntToDecimal(const std::string& le_bytes);
+
+}  // namespace reshard::format
