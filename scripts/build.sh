@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Configures and builds reshardfs with CMake + Ninja.
+#   bash scripts/build.sh [release]   -> build/       RelWithDebInfo, warnings are errors
+#   bash scripts/build.sh asan        -> build-asan/  Debug with AddressSanitizer + UBSan
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+JOBS=2
+
+log() { printf 'build: %s\n' "$*"; }
+die() { printf 'build: error: %s\n' "$*" >&2; exit 1; }
+
+# A build dir configured by another generator cannot be reused: start it afresh.
+drop_foreign_cache() {
+  local dir=$1
+  if [[ -f $dir/CMakeCache.txt ]] && ! grep -qx 'CMAKE_GENERATOR:INTERNAL=Ninja' "$dir/CMakeCache.txt"; then
+    log "$dir was configured with another generator; removing it"
+    rm -rf "$dir"
+  fi
+}
+
+main() {
+  local mode=${1:-release} dir flags
+  case $mode in
+    release)
+      dir=$REPO/build
+      flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DRESHARDFS_WERROR=ON) ;;
+    asan)
+      dir=$REPO/build-asan
+      flags=(-DCMAKE_BUILD_TYPE=Debug -DRESHARDFS_SANITIZE=ON -DRESHARDFS_WERROR=ON) ;;
+    *) die "unknown mode '$mode' (usage: build.sh [release|asan])" ;;
+  esac
+  drop_foreign_cache "$dir"
+  log "$mode -> ${dir#"$REPO"/}"
+  cmake -S "$REPO" -B "$dir" -G Ninja "${flags[@]}"
+  cmake --build "$dir" -j "$JOBS"
+  log "$mode ok"
+}
+
+main "$@"
