@@ -1,0 +1,288 @@
+#!/usr/bin/env python3
+"""Regenerate examples/tiny/: a tiny, real DeepSpeed ZeRO checkpoint (native) and its universal
+conversion made by DeepSpeed's own ds_to_universal.
+
+    DS_ACCELERATOR=cpu /opt/reshardfs/venv/bin/python examples/make_tiny_checkpoint.py
+
+What it does:
+  1. re-launches itself under `python -m torch.distributed.run --nproc_per_node=<dp>` (CPU, gloo);
+  2. each rank builds TinyModel (fixed seed), DeepSpeed ZeRO-<stage>, fp32, torch AdamW with two
+     param groups, WarmupLR; trains --steps steps on deterministic data;
+  3. engine.save_checkpoint(<out>/native)  -> <out>/native/global_step<steps>/ + <out>/native/latest;
+  4. runs `python -m deepspeed.checkpoint.ds_to_universal --input_folder <out>/native/<tag>
+     --output_folder <out>/universal/<tag>_universal --inject_missing_state` which also writes
+     <out>/universal/latest_universal;
+  5. removes <out>/native/zero_to_fp32.py and zero_to_torch.py (copies of DeepSpeed's recovery
+     scripts; nothing loads them).
+
+The shared model/data/config helpers below are imported by check_tiny_checkpoint.py.
+"""
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+
+import torch
+import torch.nn as nn
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+VOCAB = 64
+HIDDEN = 32
+SEQ = 8
+GLOBAL_BATCH = 8  # sequences per optimizer step, over all DP ranks
+SEED = 1234
+DATA_SEED = 4321
+
+
+class TinyModel(nn.Module):
+    """embedding 64x32 -> fc1 32x32 -> gelu -> fc2 32x32 -> gelu -> untied head 32->64.
+
+    6272 parameters: embed.weight [64,32], fc1.weight [32,32], fc1.bias [32],
+    fc2.weight [32,32], fc2.bias [32], head.weight [64,32], head.bias [64].
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, HIDDEN)
+        self.fc1 = nn.Linear(HIDDEN, HIDDEN)
+        self.fc2 = nn.Linear(HIDDEN, HIDDEN)
+        self.head = nn.Linear(HIDDEN, VOCAB)  # untied from embed
+
+    def forward(self, tokens, targets):
+        h = self.embed(tokens)
+        h = torch.nn.functional.gelu(self.fc1(h))
+        h = torch.nn.functional.gelu(self.fc2(h))
+        logits = self.head(h)
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1))
+
+
+def build_model():
+    torch.manual_seed(SEED)
+    return TinyModel()
+
+
+def param_groups(model):
+    """Two param groups with different lr / weight decay.
+
+    group 0: the 2-D weight matrices of fc1, fc2, head  (lr 1e-3, wd 0.01)
+    group 1: embedding + all biases                     (lr 5e-4, wd 0.0)
+    """
+    g0, g1 = [], []
+    for name, p in model.named_parameters():
+        (g0 if (p.dim() == 2 and not name.startswith("embed")) else g1).append(p)
+    return [
+        {"params": g0, "lr": 1e-3, "weight_decay": 0.01},
+        {"params": g1, "lr": 5e-4, "weight_decay": 0.0},
+    ]
+
+
+def ds_config(dp, zero_stage, bf16=False, load_universal=False):
+    cfg = {
+        "train_batch_size": GLOBAL_BATCH,
+        "train_micro_batch_size_per_gpu": GLOBAL_BATCH // dp,
+        "gradient_accumulation_steps": 1,
+        "gradient_clipping": 1.0,
+        "steps_per_print": 1000,
+        "optimizer": {
+            "type": "AdamW",
+            "params": {
+                # per-group lr/weight_decay from param_groups() override these defaults
+                "lr": 1e-3,
+                "betas": [0.9, 0.95],
+                "eps": 1e-8,
+                "weight_decay": 0.01,
+                # On the CPU accelerator the default "AdamW" path needs FusedAdam (a JIT-built op);
+                # torch_adam selects torch.optim.AdamW, which stores state['step'] as a 0-d tensor.
+                "torch_adam": True,
+            },
+        },
+        "scheduler": {
+            "type": "WarmupLR",
+            # no warmup_max_lr -> each group warms up to its own lr
+            "params": {"warmup_min_lr": 1e-5, "warmup_num_steps": 10, "warmup_type": "linear"},
+        },
+        "zero_optimization": {"stage": zero_stage},
+        "bf16": {"enabled": bool(bf16)},
+        "fp16": {"enabled": False},
+    }
+    if load_universal:
+        cfg["checkpoint"] = {"load_universal": True}
+    return cfg
+
+
+def global_batch(step):
+    """The global batch of optimizer step `step` (0-based): tokens [GLOBAL_BATCH, SEQ] and targets."""
+    g = torch.Generator().manual_seed(DATA_SEED + step)
+    tokens = torch.randint(0, VOCAB, (GLOBAL_BATCH, SEQ), generator=g)
+    targets = (tokens * 3 + 1) % VOCAB  # learnable mapping, so the loss goes down
+    return tokens, targets
+
+
+def local_batch(step, rank, dp):
+    tokens, targets = global_batch(step)
+    n = GLOBAL_BATCH // dp
+    return tokens[rank * n:(rank + 1) * n], targets[rank * n:(rank + 1) * n]
+
+
+def optimizer_step(base):
+    """state['step'] of the first parameter (ZeRO-1/2: flat partition; ZeRO-3: sub-group) that has one."""
+    for st in base.state.values():
+        if "step" in st:
+            return st["step"]
+    return None
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def torchrun_cmd(nproc, script, argv):
+    return [
+        sys.executable, "-m", "torch.distributed.run", "--nnodes=1",
+        f"--nproc_per_node={nproc}", f"--master_addr=127.0.0.1", f"--master_port={free_port()}", script
+    ] + list(argv)
+
+
+def cpu_env():
+    env = dict(os.environ)
+    env["DS_ACCELERATOR"] = "cpu"
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env["PYTHONHASHSEED"] = "0"
+    return env
+
+
+def init_deepspeed(model, dp, zero_stage, bf16=False, load_universal=False):
+    import deepspeed
+    deepspeed.init_distributed(dist_backend="gloo")
+    engine, optimizer, _, scheduler = deepspeed.initialize(model=model,
+                                                           model_parameters=param_groups(model),
+                                                           config=ds_config(dp, zero_stage, bf16, load_universal))
+    return engine, optimizer, scheduler
+
+
+def train_step(engine, step, dp):
+    import torch.distributed as dist
+    rank = dist.get_rank()
+    tokens, targets = local_batch(step, rank, dp)
+    loss = engine(tokens, targets)
+    engine.backward(loss)
+    engine.step()
+    return global_mean(loss.detach())
+
+
+def eval_loss(engine, step, dp):
+    import torch.distributed as dist
+    rank = dist.get_rank()
+    tokens, targets = local_batch(step, rank, dp)
+    with torch.no_grad():
+        loss = engine(tokens, targets)
+    return global_mean(loss.detach())
+
+
+def global_mean(t):
+    import torch.distributed as dist
+    t = t.float().clone()
+    dist.all_reduce(t)
+    return (t / dist.get_world_size()).item()
+
+
+# ----------------------------------------------------------------------------------------------
+# make_tiny_checkpoint proper
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=os.path.join(HERE, "tiny"), help="output dir (default examples/tiny)")
+    ap.add_argument("--zero-stage", type=int, default=1, choices=[1, 2, 3])
+    ap.add_argument("--dp", type=int, default=2, help="number of CPU processes (data parallel degree)")
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--bf16", action="store_true", help="bf16 model weights (default fp32)")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    return ap.parse_args(argv)
+
+
+def worker(args):
+    import deepspeed
+    import torch.distributed as dist
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)
+    model = build_model()
+    engine, optimizer, scheduler = init_deepspeed(model, args.dp, args.zero_stage, args.bf16)
+    rank = dist.get_rank()
+    if rank == 0:
+        base = engine.optimizer.optimizer if hasattr(engine.optimizer, "optimizer") else engine.optimizer
+        print(f"[make] deepspeed {deepspeed.__version__} torch {torch.__version__}")
+        print(f"[make] ZeRO wrapper: {type(engine.optimizer).__module__}.{type(engine.optimizer).__name__}")
+        print(f"[make] base optimizer: {type(base).__module__}.{type(base).__name__}")
+        print(f"[make] lr scheduler: {type(scheduler).__name__}")
+    for step in range(args.steps):
+        loss = train_step(engine, step, args.dp)
+        if rank == 0:
+            print(f"[make] step {step + 1}: loss {loss:.8f} lr {scheduler.get_last_lr()}")
+    native = os.path.join(args.out, "native")
+    engine.save_checkpoint(native)  # tag = global_step<N>
+    if rank == 0:
+        base = engine.optimizer.optimizer if hasattr(engine.optimizer, "optimizer") else engine.optimizer
+        s = optimizer_step(base)
+        print(f"[make] optimizer state['step'] is {type(s).__module__}.{type(s).__name__} {s!r}"
+              f" dtype={getattr(s, 'dtype', None)} shape={tuple(getattr(s, 'shape', ()))}")
+    # the loss of the next step's batch with the saved weights, for reference
+    nxt = eval_loss(engine, args.steps, args.dp)
+    if rank == 0:
+        print(f"[make] eval loss on batch {args.steps} after save: {nxt:.8f}")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.worker:
+        return worker(args)
+    args.out = os.path.abspath(args.out)
+    for sub in ("native", "universal"):
+        shutil.rmtree(os.path.join(args.out, sub), ignore_errors=True)
+    os.makedirs(args.out, exist_ok=True)
+    env = cpu_env()
+    fwd = ["--worker", "--out", args.out, "--zero-stage", str(args.zero_stage), "--dp", str(args.dp),
+           "--steps", str(args.steps)] + (["--bf16"] if args.bf16 else [])
+    subprocess.run(torchrun_cmd(args.dp, os.path.abspath(__file__), fwd), env=env, check=True)
+
+    native = os.path.join(args.out, "native")
+    with open(os.path.join(native, "latest")) as f:
+        tag = f.read().strip()
+    universal = os.path.join(args.out, "universal", f"{tag}_universal")
+    os.makedirs(os.path.dirname(universal), exist_ok=True)
+    # A plain torch model does not write 'universal_checkpoint_info' into the model states, so the
+    # converter needs --inject_missing_state (it injects {universal_checkpoint_version: ...} in
+    # memory only; the copied mp_rank_* files are unchanged).
+    subprocess.run([
+        sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder",
+        os.path.join(native, tag), "--output_folder", universal, "--num_extract_workers", "1",
+        "--num_merge_workers", "1", "--inject_missing_state"
+    ],
+                   env=env,
+                   check=True)
+    # DeepSpeed 0.19.8 copies its recovery scripts zero_to_fp32.py and zero_to_torch.py next to the
+    # checkpoint (<out>/native/); nothing loads them, so drop them to keep the example small.
+    for root, _, files in os.walk(args.out):
+        for fn in files:
+            if fn in ("zero_to_fp32.py", "zero_to_torch.py"):
+                os.remove(os.path.join(root, fn))
+    total = 0
+    for root, _, files in sorted(os.walk(args.out)):
+        for fn in sorted(files):
+            p = os.path.join(root, fn)
+            total += os.path.getsize(p)
+            print(f"{os.path.getsize(p):8d}  {os.path.relpath(p, args.out)}")
+    print(f"[make] total {total} bytes in {args.out}")
+
+
+if __name__ == "__main__":
+    main()
