@@ -45,7 +45,7 @@ TEST_CASE("TreeToJson bounds depth, expansion and cycles", "[format]") {
     PickleTree t;
     NodeId cur = t.AddInt(0);
     for (int k = 0; k < 40; ++k) cur = t.AddTuple({cur, cur});
-    auto json = TreeToJson(t, cur);
+    auto json = TreeToJson(t, cur, TreeJsonLimits{512, 100000});
     REQUIRE_FALSE(json.ok());
     CHECK(json.status().code() == StatusCode::kResourceExhausted);
   }
