@@ -193,65 +193,63 @@ Result<NodeId> AddTensor(PickleTree& tree, const TensorRef& t) {
   return tree.AddReduce(fn, tree.AddTuple(std::move(args)));
 }
 
-Result<std::vector<TensorRef>> CollectTensors(const PickleTree& tree) {
-  // Each node is visited once: the tree may share nodes and contain cycles.
-  std::vector<TensorRef> out;
-  if (!tree.valid(tree.root())) return out;
+namespace {
+
+// Visits every node reachable from the root once, depth first, children in emission order (the
+// tree may share nodes and contain cycles). visit(id) returns Result<bool>: descend or not.
+template <typename Visit>
+Status WalkOnce(const PickleTree& tree, Visit&& visit) {
+  if (!tree.valid(tree.root())) return Status::Ok();
   std::vector<bool> seen(tree.size(), false);
   std::vector<NodeId> stack = {tree.root()};
+  std::vector<NodeId> children;
   while (!stack.empty()) {
     const NodeId id = stack.back();
     stack.pop_back();
     if (seen[id]) continue;
     seen[id] = true;
-    RS_ASSIGN_OR_RETURN(std::optional<TensorRef> tensor, MatchTensor(tree, id));
-    if (tensor) {
-      out.push_back(std::move(*tensor));
-      continue;
-    }
-    // Push children in reverse so they pop in emission order.
-    std::vector<NodeId> children;
+    RS_ASSIGN_OR_RETURN(const bool descend, visit(id));
+    if (!descend) continue;
+    children.clear();
     ForEachChild(tree.node(id), [&](NodeId c) { children.push_back(c); });
-    for (size_t k = children.size(); k-- > 0;) {
+    for (size_t k = children.size(); k-- > 0;) {  // reversed, so they pop in emission order
       if (!tree.valid(children[k])) return Internal("pickle tree refers to a missing node");
       stack.push_back(children[k]);
     }
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::vector<TensorRef>> CollectTensors(const PickleTree& tree) {
+  std::vector<TensorRef> out;
+  RS_RETURN_IF_ERROR(WalkOnce(tree, [&](NodeId id) -> Result<bool> {
+    RS_ASSIGN_OR_RETURN(std::optional<TensorRef> tensor, MatchTensor(tree, id));
+    if (!tensor) return true;
+    out.push_back(std::move(*tensor));
+    return false;
+  }));
   return out;
 }
 
 Result<std::vector<StorageRef>> CollectStorages(const PickleTree& tree) {
   std::vector<StorageRef> out;
-  if (!tree.valid(tree.root())) return out;
   std::unordered_map<std::string, size_t> index;  // key -> position in `out`
-  std::vector<bool> seen(tree.size(), false);
-  std::vector<NodeId> stack = {tree.root()};
-  while (!stack.empty()) {
-    const NodeId id = stack.back();
-    stack.pop_back();
-    if (seen[id]) continue;
-    seen[id] = true;
-    const Node& n = tree.node(id);
-    if (n.kind == NodeKind::kPersId) {
-      RS_ASSIGN_OR_RETURN(StorageRef s, MatchStorage(tree, id));
-      const auto [it, inserted] = index.try_emplace(s.key, out.size());
-      if (inserted) {
-        out.push_back(std::move(s));
-        continue;
-      }
-      const StorageRef& prior = out[it->second];
-      if (prior.nbytes != s.nbytes || prior.untyped != s.untyped || prior.dtype != s.dtype) {
-        return Corrupt("storage '" + s.key + "' is named with two different types or sizes");
-      }
-      continue;
+  RS_RETURN_IF_ERROR(WalkOnce(tree, [&](NodeId id) -> Result<bool> {
+    if (tree.node(id).kind != NodeKind::kPersId) return true;
+    RS_ASSIGN_OR_RETURN(StorageRef s, MatchStorage(tree, id));
+    const auto [it, inserted] = index.try_emplace(s.key, out.size());
+    if (inserted) {
+      out.push_back(std::move(s));
+      return false;
     }
-    std::vector<NodeId> children;
-    ForEachChild(n, [&](NodeId c) { children.push_back(c); });
-    for (size_t k = children.size(); k-- > 0;) {
-      if (!tree.valid(children[k])) return Internal("pickle tree refers to a missing node");
-      stack.push_back(children[k]);
+    const StorageRef& prior = out[it->second];
+    if (prior.nbytes != s.nbytes || prior.untyped != s.untyped || prior.dtype != s.dtype) {
+      return Corrupt("storage '" + s.key + "' is named with two different types or sizes");
     }
-  }
+    return false;
+  }));
   return out;
 }
 
