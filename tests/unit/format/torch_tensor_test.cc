@@ -44,8 +44,7 @@ TEST_CASE("dtypes without a storage class use the v3 form with byte-counted stor
   PickleTree tree;
   TensorRef in;
   in.dtype = DType::kUInt16;
-  in.storage.key = "7";
-  in.storage.nbytes = 10;
+  in.storage = StorageRef{"7", "cpu", DType::kUInt8, true, 10};
   in.shape = {5};
   in.stride = {1};
   auto id = AddTensor(tree, in);
