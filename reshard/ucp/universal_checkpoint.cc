@@ -1,0 +1,480 @@
+#include "reshard/ucp/universal_checkpoint.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <system_error>
+#include <utility>
+
+#include "reshard/base/checked_math.h"
+#include "reshard/format/pickle_query.h"
+
+namespace reshard::ucp {
+namespace {
+
+namespace fs = std::filesystem;
+using format::DescribeNode;
+using format::kNoNode;
+using format::NodeId;
+using format::PickleTree;
+using format::TorchArchive;
+
+constexpr std::string_view kLatestFile = "latest_universal";
+constexpr std::string_view kZeroDir = "zero";
+constexpr std::string_view kModelStatesSuffix = "_model_states.pt";
+// More ranks than any run has; bounds the numbers parsed from file names.
+constexpr int32_t kMaxRank = 1 << 20;
+
+bool IsDir(const std::string& path) {
+  std::error_code ec;
+  return fs::is_directory(path, ec);
+}
+
+bool IsFile(const std::string& path) {
+  std::error_code ec;
+  return fs::is_regular_file(path, ec);
+}
+
+std::string StripTrailingSlashes(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  return path;
+}
+
+// Python's str.strip(): the whitespace DeepSpeed's `fd.read().strip()` removes.
+std::string StripWhitespace(const std::string& s) {
+  constexpr std::string_view kSpace = " \t\n\r\f\v";
+  const size_t b = s.find_first_not_of(kSpace);
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(kSpace) - b + 1);
+}
+
+// The tag folder `path` names. A folder with zero/ is one even when it also holds a
+// latest_universal: ds_to_universal run with a trailing slash writes an empty one inside it.
+Result<std::string> ResolveTagDir(const std::string& path) {
+  if (IsDir(path + "/" + std::string(kZeroDir))) return path;
+  const std::string latest = path + "/" + std::string(kLatestFile);
+  if (!IsFile(latest)) {
+    if (!IsDir(path)) return NotFound(path + ": no such folder");
+    return InvalidArgument(path + ": not a universal checkpoint (no zero/ folder and no latest_universal file)");
+  }
+  std::ifstream in(latest, std::ios::binary);
+  constexpr size_t kMaxTagBytes = 4096;  // a folder name; anything longer is not a tag
+  std::string content(kMaxTagBytes + 1, '\0');
+  in.read(content.data(), static_cast<std::streamsize>(content.size()));
+  if (in.bad()) return IoError(latest + ": read failed");
+  content.resize(static_cast<size_t>(in.gcount()));
+  if (content.size() > kMaxTagBytes)
+    return Corrupt(latest + ": longer than " + std::to_string(kMaxTagBytes) + " bytes");
+  // The engine joins the stripped text to the folder (engine.py load_checkpoint), so a tag
+  // with a '/' is a sub-path there and here alike.
+  const std::string tag = StripWhitespace(content);
+  if (tag.empty()) return NotFound(latest + ": empty, names no checkpoint folder");
+  const std::string dir = StripTrailingSlashes(path + "/" + tag);
+  if (!IsDir(dir)) return NotFound(latest + ": names '" + tag + "', but " + dir + " is not a folder");
+  return dir;
+}
+
+// Decimal digits only: DeepSpeed writes ranks with %d / %02d, never signs or spaces.
+std::optional<int32_t> ParseRank(std::string_view digits) {
+  if (digits.empty() || digits.size() > 7) return std::nullopt;
+  int32_t v = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + (c - '0');
+  }
+  return v < kMaxRank ? std::optional<int32_t>(v) : std::nullopt;
+}
+
+// A model-states file name: "mp_rank_<tp>_model_states.pt" (stage <= 2) or
+// "[bf16_]zero_pp_rank_<dp>_mp_rank_<tp>_model_states.pt" (stage 3). Anything else (AutoEP
+// layer_* files, stray files) is not one.
+struct FileRanks {
+  bool zero3 = false;
+  int32_t tp = 0;
+  int32_t dp = -1;
+};
+
+std::optional<FileRanks> ParseModelStatesName(std::string_view name) {
+  if (name.size() <= kModelStatesSuffix.size() ||
+      name.substr(name.size() - kModelStatesSuffix.size()) != kModelStatesSuffix) {
+    return std::nullopt;
+  }
+  name.remove_suffix(kModelStatesSuffix.size());
+  FileRanks r;
+  constexpr std::string_view kMp = "mp_rank_", kZero = "zero_pp_rank_", kBf16 = "bf16_";
+  if (name.substr(0, kBf16.size()) == kBf16) name.remove_prefix(kBf16.size());
+  if (name.substr(0, kZero.size()) == kZero) {
+    name.remove_prefix(kZero.size());
+    const size_t sep = name.find('_');
+    if (sep == std::string_view::npos) return std::nullopt;
+    const auto dp = ParseRank(name.substr(0, sep));
+    name.remove_prefix(sep + 1);
+    if (!dp || name.substr(0, kMp.size()) != kMp) return std::nullopt;
+    r.zero3 = true;
+    r.dp = *dp;
+  } else if (name.substr(0, kMp.size()) != kMp) {
+    return std::nullopt;
+  }
+  name.remove_prefix(kMp.size());
+  const auto tp = ParseRank(name);
+  if (!tp) return std::nullopt;
+  r.tp = *tp;
+  return r;
+}
+
+Result<std::vector<std::pair<std::string, FileRanks>>> ListModelStatesFiles(const std::string& dir) {
+  std::error_code ec;
+  fs::directory_iterator it(dir, ec);
+  if (ec) return IoError(dir + ": cannot list: " + ec.message());
+  std::vector<std::pair<std::string, FileRanks>> out;
+  for (; it != fs::directory_iterator(); it.increment(ec)) {
+    if (ec) return IoError(dir + ": listing failed: " + ec.message());
+    const std::string name = it->path().filename().string();
+    std::error_code type_ec;
+    if (!it->is_regular_file(type_ec)) continue;
+    // Other files (AutoEP layer_*_expert_* files, notes) are not the engine's to read.
+    if (const auto ranks = ParseModelStatesName(name)) out.emplace_back(name, *ranks);
+  }
+  if (out.empty()) {
+    return InvalidArgument(dir +
+                           ": not a universal checkpoint (no mp_rank_*_model_states.pt or "
+                           "zero_pp_rank_*_mp_rank_*_model_states.pt file next to zero/)");
+  }
+  // The engine of one stage reads one kind of file; both kinds together means two conversions
+  // were copied into one folder.
+  const bool zero3 = out.front().second.zero3;
+  for (const auto& [name, ranks] : out) {
+    if (ranks.zero3 != zero3) {
+      return Corrupt(dir + ": holds both mp_rank_*_model_states.pt and zero_pp_rank_*_model_states.pt files");
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+    return std::make_pair(a.second.tp, a.second.dp) < std::make_pair(b.second.tp, b.second.dp);
+  });
+  return out;
+}
+
+// zero_stage: a plain int, or deepspeed.runtime.zero.config.ZeroStageEnum by value or by name.
+// Python 3.11+ may pickle the enum by name, older Pythons (and 0.19.8's files) by value;
+// both mean the same stage. An unknown member name is refused rather than guessed.
+Result<std::optional<int32_t>> ParseZeroStage(const PickleTree& tree, NodeId value) {
+  if (value == kNoNode) return std::optional<int32_t>();
+  std::optional<int64_t> stage = format::AsInt(tree, value);
+  if (!stage) {
+    const auto member = format::AsEnumMember(tree, value, "deepspeed.runtime.zero.config", "ZeroStageEnum");
+    if (member && member->value) {
+      stage = member->value;
+    } else if (member) {
+      static const std::map<std::string, int64_t> kByName = {
+          {"disabled", 0}, {"optimizer_states", 1}, {"gradients", 2}, {"weights", 3}, {"max_stage", 3}};
+      const auto it = kByName.find(member->name);
+      if (it == kByName.end())
+        return Corrupt("'zero_stage' names an unknown ZeroStageEnum member '" + member->name + "'");
+      stage = it->second;
+    }
+  }
+  if (!stage || *stage < 0 || *stage > 3) {
+    return Corrupt("'zero_stage' must be 0-3 or a ZeroStageEnum, got " + DescribeNode(tree, value));
+  }
+  return std::optional<int32_t>(static_cast<int32_t>(*stage));
+}
+
+// Both universal loaders restore hyper-parameters from these groups, so they are required; the
+// groups themselves stay inert nodes for the planner to re-emit.
+Result<std::vector<ParamGroup>> ParseParamGroups(const PickleTree& tree, NodeId value) {
+  const std::vector<NodeId>* groups = format::SequenceItems(tree, value);
+  if (groups == nullptr) return Corrupt("'param_groups' must be a list, got " + DescribeNode(tree, value));
+  std::vector<ParamGroup> out;
+  for (NodeId g : *groups) {
+    const std::string where = "param_groups[" + std::to_string(out.size()) + "]";
+    if (format::DictItems(tree, g) == nullptr) return Corrupt(where + " must be a dict, got " + DescribeNode(tree, g));
+    auto params = format::AsIntSequence(tree, format::DictLookup(tree, g, "params"));
+    if (!params) return Corrupt(where + " has no 'params' list of int");
+    out.push_back(ParamGroup{g, std::move(*params)});
+  }
+  return out;
+}
+
+// One rank's `param_shapes`: per group, (name, shape) in order.
+using GroupShapes = std::vector<std::vector<std::pair<std::string, std::vector<int64_t>>>>;
+
+Result<GroupShapes> ParseParamShapes(const PickleTree& tree, NodeId value) {
+  const std::vector<NodeId>* groups = format::SequenceItems(tree, value);
+  if (groups == nullptr) return Corrupt("'param_shapes' must be a list, got " + DescribeNode(tree, value));
+  GroupShapes out;
+  for (NodeId g : *groups) {
+    const std::vector<NodeId>* items = format::DictItems(tree, g);
+    if (items == nullptr) return Corrupt("'param_shapes' entries must be dicts, got " + DescribeNode(tree, g));
+    auto& group = out.emplace_back();
+    for (size_t k = 0; k + 1 < items->size(); k += 2) {
+      const auto name = format::AsStr(tree, (*items)[k]);
+      if (!name) return Corrupt("'param_shapes' has a non-str name: " + DescribeNode(tree, (*items)[k]));
+      // DeepSpeed stores torch.Size; a plain tuple or list of ints is the same shape.
+      auto shape = format::AsTorchSize(tree, (*items)[k + 1]);
+      if (!shape) shape = format::AsIntSequence(tree, (*items)[k + 1]);
+      if (!shape || std::any_of(shape->begin(), shape->end(), [](int64_t d) { return d < 0; })) {
+        return Corrupt("'param_shapes' entry '" + std::string(*name) +
+                       "' is not a shape: " + DescribeNode(tree, (*items)[k + 1]));
+      }
+      group.emplace_back(std::string(*name), std::move(*shape));
+    }
+  }
+  return out;
+}
+
+std::optional<uint64_t> Numel(const std::vector<int64_t>& shape) {
+  uint64_t n = 1;
+  for (int64_t d : shape) {
+    const auto m = CheckedMul(n, static_cast<uint64_t>(d));
+    if (!m) return std::nullopt;
+    n = *m;
+  }
+  return n;
+}
+
+// A degree or world size: bounded so that products of them stay far from overflow later.
+Result<int32_t> PositiveInt(const PickleTree& tree, NodeId dict, std::string_view key) {
+  const NodeId value = format::DictLookup(tree, dict, key);
+  const auto v = format::AsInt(tree, value);
+  if (!v || *v < 1 || *v >= kMaxRank) {
+    return Corrupt("'" + std::string(key) + "' must be an int from 1 to " + std::to_string(kMaxRank - 1) + ", got " +
+                   DescribeNode(tree, value));
+  }
+  return static_cast<int32_t>(*v);
+}
+
+}  // namespace
+
+const ParamEntry* UniversalCheckpoint::FindParam(std::string_view name) const {
+  const auto it = param_index_.find(std::string(name));
+  return it == param_index_.end() ? nullptr : &params_[it->second];
+}
+
+// A linear scan: called a few times per TP rank, over one file per (tp, dp) rank.
+const ModelStatesFile* UniversalCheckpoint::ModelStatesForTp(int32_t tp_rank) const {
+  for (const ModelStatesFile& f : model_states_) {
+    if (f.tp_rank == tp_rank && f.dp_rank <= 0) return &f;
+  }
+  return nullptr;
+}
+
+Result<UniversalCheckpoint> UniversalCheckpoint::Open(const std::string& path) {
+  UniversalCheckpoint ucp;
+  RS_ASSIGN_OR_RETURN(ucp.dir_, ResolveTagDir(StripTrailingSlashes(path)));
+  ucp.tag_ = fs::path(ucp.dir_).filename().string();
+  const std::string zero_dir = ucp.dir_ + "/" + std::string(kZeroDir);
+  if (!IsDir(zero_dir)) {
+    return InvalidArgument(ucp.dir_ + ": not a universal checkpoint (no zero/ folder)");
+  }
+  // The order matters for the messages: the stage decides which model-states files are
+  // expected, and the layout must be known before param_shapes can be checked against it.
+  RS_RETURN_IF_ERROR(ucp.LoadOptimizerState(zero_dir + "/optimizer_state.pt"));
+  RS_RETURN_IF_ERROR(ucp.LoadModelStates());
+  RS_RETURN_IF_ERROR(ucp.LoadSourceLayout());
+  RS_RETURN_IF_ERROR(ucp.IndexParams(zero_dir));
+  return ucp;
+}
+
+Status UniversalCheckpoint::LoadOptimizerState(const std::string& optim_path) {
+  if (!IsFile(optim_path)) return NotFound(optim_path + ": missing (both universal loaders read it)");
+  RS_ASSIGN_OR_RETURN(optimizer_state_, TorchArchive::Open(optim_path));
+  const PickleTree& tree = optimizer_state_.tree();
+  const NodeId root = tree.root();
+  if (format::DictItems(tree, root) == nullptr) {
+    return Corrupt(optim_path + ": expected a dict, got " + DescribeNode(tree, root));
+  }
+  auto stage = ParseZeroStage(tree, format::DictLookup(tree, root, "zero_stage"));
+  if (!stage.ok()) return stage.status().Annotate(optim_path);
+  zero_stage_recorded_ = stage->has_value();
+  zero_stage_ = stage->value_or(1);
+  auto groups = ParseParamGroups(tree, format::DictLookup(tree, root, "param_groups"));
+  if (!groups.ok()) return groups.status().Annotate(optim_path);
+  param_groups_ = std::move(groups).value();
+  return Status::Ok();
+}
+
+Status UniversalCheckpoint::LoadModelStates() {
+  RS_ASSIGN_OR_RETURN(auto files, ListModelStatesFiles(dir_));
+  const bool zero3_files = files.front().second.zero3;
+  if (zero3_files != (zero_stage_ == 3)) {
+    return Corrupt(dir_ + ": zero/optimizer_state.pt says zero_stage " + std::to_string(zero_stage_) +
+                   " but the model-states files are " + (zero3_files ? "ZeRO-3 per-rank files (" : "mp_rank files (") +
+                   files.front().first + ")");
+  }
+  // The files are sorted by (tp, dp); walking the expected grid in the same order finds a
+  // missing rank, a duplicate (two names for one rank) and a ragged grid alike.
+  const int32_t tp_files = files.back().second.tp + 1;
+  const int32_t dp_files = zero3_files ? files.back().second.dp + 1 : 1;
+  size_t k = 0;
+  for (int32_t t = 0; t < tp_files; ++t) {
+    for (int32_t d = zero3_files ? 0 : -1; d < (zero3_files ? dp_files : 0); ++d, ++k) {
+      if (k >= files.size() || files[k].second.tp != t || files[k].second.dp != d) {
+        return Corrupt(dir_ + ": no model-states file for tp rank " + std::to_string(t) +
+                       (zero3_files ? ", dp rank " + std::to_string(d) : std::string()) + " (or a duplicate of one)");
+      }
+    }
+  }
+  if (k != files.size()) return Corrupt(dir_ + ": the model-states files do not form a complete tp x dp grid");
+  for (auto& [name, ranks] : files) {
+    RS_ASSIGN_OR_RETURN(auto archive, TorchArchive::Open(dir_ + "/" + name));
+    model_states_.push_back(ModelStatesFile{name, ranks.tp, ranks.dp, std::move(archive)});
+  }
+  tp_degree_ = tp_files;
+  dp_world_size_ = dp_files;  // stage 3; stage <= 2 takes it from the file below
+  return Status::Ok();
+}
+
+Status UniversalCheckpoint::LoadSourceLayout() {
+  // DeepSpeed's converter reads the layout and universal_checkpoint_info from the first file.
+  const ModelStatesFile& first = model_states_.front();
+  const PickleTree& tree = first.archive.tree();
+  const NodeId root = tree.root();
+  auto annotate = [&](Status s) { return std::move(s).Annotate(first.archive.path()); };
+  if (format::DictItems(tree, root) == nullptr) {
+    return annotate(Corrupt("expected a dict, got " + DescribeNode(tree, root)));
+  }
+  const int32_t tp_files = tp_degree_;
+  const NodeId dims = format::DictLookup(tree, root, "checkpoint_parallel_dimensions");
+  if (dims != kNoNode && !format::IsNone(tree, dims)) {
+    auto pp = PositiveInt(tree, dims, "pp_degree");
+    auto tp = PositiveInt(tree, dims, "tp_degree");
+    if (!pp.ok()) return annotate(pp.status().Annotate("checkpoint_parallel_dimensions"));
+    if (!tp.ok()) return annotate(tp.status().Annotate("checkpoint_parallel_dimensions"));
+    if (*pp != 1) {
+      return annotate(Unsupported("pipeline-parallel source (pp_degree " + std::to_string(*pp) +
+                                  "): reshardfs serves TP x DP layouts only"));
+    }
+    tp_degree_ = *tp;
+  }
+  if (tp_degree_ != tp_files) {
+    return annotate(Corrupt("tp_degree " + std::to_string(tp_degree_) + " but the folder holds " +
+                            std::to_string(tp_files) + " TP ranks of model-states files"));
+  }
+  auto dp = PositiveInt(tree, root, "dp_world_size");
+  if (!dp.ok()) return annotate(dp.status());
+  if (zero_stage_ == 3 && *dp != dp_world_size_) {
+    return annotate(Corrupt("dp_world_size " + std::to_string(*dp) + " but the folder holds " +
+                            std::to_string(dp_world_size_) + " DP ranks of ZeRO-3 model-states files"));
+  }
+  dp_world_size_ = *dp;
+  auto info = ParseUniversalCheckpointInfo(tree, format::DictLookup(tree, root, "universal_checkpoint_info"));
+  if (!info.ok()) return annotate(info.status());
+  info_ = std::move(info).value();
+  return Status::Ok();
+}
+
+Status UniversalCheckpoint::IndexParams(const std::string& zero_dir) {
+  // param_shapes of every TP rank: rank 0 gives the order and groups, every rank its own shapes.
+  std::vector<GroupShapes> shapes_by_tp;
+  std::vector<std::map<std::string, const std::vector<int64_t>*>> shape_index(static_cast<size_t>(tp_degree_));
+  for (int32_t t = 0; t < tp_degree_; ++t) {
+    const std::string& file = ModelStatesForTp(t)->archive.path();
+    const PickleTree& tree = ModelStatesForTp(t)->archive.tree();
+    auto shapes = ParseParamShapes(tree, format::DictLookup(tree, tree.root(), "param_shapes"));
+    if (!shapes.ok()) return shapes.status().Annotate(file);
+    shapes_by_tp.push_back(std::move(shapes).value());
+  }
+  for (int32_t t = 0; t < tp_degree_; ++t) {
+    auto& index = shape_index[static_cast<size_t>(t)];
+    for (const auto& group : shapes_by_tp[static_cast<size_t>(t)]) {
+      for (const auto& [name, shape] : group) {
+        if (!index.emplace(name, &shape).second) {
+          return Corrupt(ModelStatesForTp(t)->archive.path() + ": param_shapes lists '" + name + "' twice");
+        }
+      }
+    }
+    if (index.size() != shape_index[0].size()) {
+      return Corrupt(ModelStatesForTp(t)->archive.path() + ": param_shapes lists " + std::to_string(index.size()) +
+                     " parameters but tp rank 0 lists " + std::to_string(shape_index[0].size()));
+    }
+  }
+  num_source_groups_ = static_cast<int32_t>(shapes_by_tp[0].size());
+  RS_RETURN_IF_ERROR(CheckParamGroups());
+
+  std::set<std::string> listed;
+  for (size_t g = 0; g < shapes_by_tp[0].size(); ++g) {
+    for (const auto& [name, shape0] : shapes_by_tp[0][g]) {
+      const std::string dir = zero_dir + "/" + name;
+      if (!IsDir(dir)) {
+        return NotFound(dir + ": missing, but param_shapes of " + model_states_.front().name + " lists '" + name + "'");
+      }
+      RS_ASSIGN_OR_RETURN(ParamEntry entry, IndexParamFolder(dir, name));
+      entry.listed = true;
+      entry.source_group = static_cast<int32_t>(g);
+      for (int32_t t = 0; t < tp_degree_; ++t) {
+        const auto& index = shape_index[static_cast<size_t>(t)];
+        const auto it = index.find(name);
+        if (it == index.end()) {
+          return Corrupt(ModelStatesForTp(t)->archive.path() + ": param_shapes lacks '" + name +
+                         "', which tp rank 0 lists");
+        }
+        entry.tp_shapes.push_back(*it->second);
+      }
+      RS_RETURN_IF_ERROR(CheckStoredNumel(entry, shape0));
+      listed.insert(name);
+      params_.push_back(std::move(entry));
+    }
+  }
+
+  // Then the folders param_shapes does not list, by name: their order carries no meaning (the
+  // converter writes them from a dict walk) and sorting makes the index reproducible.
+  std::error_code ec;
+  std::vector<std::string> unlisted;
+  fs::directory_iterator it(zero_dir, ec);
+  if (ec) return IoError(zero_dir + ": cannot list: " + ec.message());
+  for (; it != fs::directory_iterator(); it.increment(ec)) {
+    if (ec) return IoError(zero_dir + ": listing failed: " + ec.message());
+    std::error_code type_ec;
+    const std::string name = it->path().filename().string();
+    if (it->is_directory(type_ec) && listed.count(name) == 0) unlisted.push_back(name);
+  }
+  std::sort(unlisted.begin(), unlisted.end());
+  for (const std::string& name : unlisted) {
+    RS_ASSIGN_OR_RETURN(ParamEntry entry, IndexParamFolder(zero_dir + "/" + name, name));
+    params_.push_back(std::move(entry));
+  }
+  // Folder names are unique, so every name maps to exactly one entry.
+  for (size_t k = 0; k < params_.size(); ++k) param_index_.emplace(params_[k].name, k);
+  return Status::Ok();
+}
+
+Status UniversalCheckpoint::CheckParamGroups() const {
+  const std::string optim_path = optimizer_state_.path();
+  // Stage <= 2: one optimizer param group per param_shapes group (the planner takes each
+  // group's hyper-parameters from here). Stage 3: the groups name sub-groups, each once.
+  if (zero_stage_ <= 2) {
+    if (param_groups_.size() != static_cast<size_t>(num_source_groups_)) {
+      return Corrupt(optim_path + ": has " + std::to_string(param_groups_.size()) +
+                     " param groups but param_shapes has " + std::to_string(num_source_groups_));
+    }
+    return Status::Ok();
+  }
+  std::set<int64_t> seen;
+  for (const ParamGroup& g : param_groups_) {
+    for (int64_t id : g.params) {
+      if (id < 0 || id >= num_source_groups_ || !seen.insert(id).second) {
+        return Corrupt(optim_path + ": param_groups names sub-group " + std::to_string(id) + ", but there are " +
+                       std::to_string(num_source_groups_) + " (or it is named twice)");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status UniversalCheckpoint::CheckStoredNumel(const ParamEntry& entry, const std::vector<int64_t>& recorded) const {
+  // With one source TP rank nothing was cut or merged, so the stored tensor holds exactly the
+  // recorded parameter; vocab rows may have been stripped and experts gathered over EP, so
+  // those are left to the planner.
+  const bool exact = tp_degree_ == 1 && !entry.categories.vocab_tensor.value_or(false) &&
+                     !entry.categories.is_expert_param.value_or(false);
+  if (!exact) return Status::Ok();
+  const auto stored = Numel(entry.full_shape), expected = Numel(recorded);
+  if (stored && expected && *stored == *expected) return Status::Ok();
+  return Corrupt(entry.dir + "/fp32.pt: holds " + (stored ? std::to_string(*stored) : "too many") +
+                 " elements but param_shapes records " + (expected ? std::to_string(*expected) : "too many") +
+                 " for '" + entry.name + "'");
+}
+
+}  // namespace reshard::ucp
