@@ -24,12 +24,15 @@ import pytest
 import torch
 from torch import nn
 
+from ds_reference import EXAMPLES, cached_target_states
+
 os.environ.setdefault("DS_ACCELERATOR", "cpu")  # DeepSpeed's import otherwise probes for GPUs
 
 TOOL_TIMEOUT_S = 120
 
 RESHARDFS = "fs/reshardfs"
 REWRITE_ARCHIVE = "tests/tools/rewrite_archive"
+PLAN_PARTITIONS = "tests/tools/plan_partitions"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -74,6 +77,11 @@ def asan_reshardfs() -> Path:
 @pytest.fixture(scope="session")
 def rewrite_archive() -> Path:
     return _tool("RESHARDFS_BUILD_DIR", REWRITE_ARCHIVE)
+
+
+@pytest.fixture(scope="session")
+def plan_partitions() -> Path:
+    return _tool("RESHARDFS_BUILD_DIR", PLAN_PARTITIONS)
 
 
 @dataclass(frozen=True)
@@ -429,3 +437,21 @@ def case_spec(case: str) -> Case:
 def case_object() -> Callable[[str], Any]:
     """case_object(name): a fresh copy of the object a case's file was saved from."""
     return build_case
+
+
+# ---- DeepSpeed's own load_universal, as ground truth -------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def ds_reference(tmp_path_factory: pytest.TempPathFactory) -> Callable[[int, int], list[Path]]:
+    """ds_reference(zero_stage, dp): rank_<r>.pt dumps of DeepSpeed loading examples/tiny/universal
+    at that layout (native_resaved/ next to them); one DeepSpeed run per layout and session."""
+    root = tmp_path_factory.getbasetemp() / "ds_reference"
+
+    def get(zero_stage: int, dp: int) -> list[Path]:
+        try:
+            return cached_target_states(root, EXAMPLES / "tiny" / "universal", zero_stage, dp)
+        except RuntimeError as error:
+            pytest.fail(str(error), pytrace=False)
+
+    return get

@@ -5,40 +5,24 @@ The UCP is examples/tiny/universal (ZeRO-1, source DP=2); targets are ZeRO-1 at 
 Per group g of the target: flat = concat(zero/<name>/<key>.pt['param'].flatten() for name in
 param_shapes[g]) ++ zeros up to Npad = ceil(N / 2D) * 2D; rank r owns flat[r*ps:(r+1)*ps], ps = Npad/D.
 
-The `ds_reference` session fixture runs DeepSpeed once per (stage, dp) and session; the C++ planner's
-tests can reuse its dumps (rank_<r>.pt and native_resaved/).
+The `ds_reference` session fixture (conftest.py) runs DeepSpeed once per (stage, dp) and session;
+the planner's tests (test_plan_partitions.py) compare against the same dumps.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
 
-from ds_reference import EXAMPLES, cached_target_states
+from ds_reference import EXAMPLES
 
 UCP = EXAMPLES / "tiny" / "universal"
 UCP_TAG = UCP / (UCP / "latest_universal").read_text().strip()
 TARGET_DPS = [1, 4]
 KEYS = ("fp32", "exp_avg", "exp_avg_sq")
-
-
-@pytest.fixture(scope="session")
-def ds_reference(tmp_path_factory: pytest.TempPathFactory) -> Callable[[int, int], list[Path]]:
-    """ds_reference(zero_stage, dp): rank_<r>.pt dumps of DeepSpeed loading examples/tiny/universal
-    at that layout (native_resaved/ next to them); one DeepSpeed run per layout and session."""
-    root = tmp_path_factory.getbasetemp() / "ds_reference"
-
-    def get(zero_stage: int, dp: int) -> list[Path]:
-        try:
-            return cached_target_states(root, UCP, zero_stage, dp)
-        except RuntimeError as error:
-            pytest.fail(str(error), pytrace=False)
-
-    return get
 
 
 def load(path: Path) -> dict:

@@ -1,0 +1,47 @@
+#include "reshard/plan/extent.h"
+
+namespace reshard::plan {
+
+uint32_t SourceTable::Intern(const Source& source) {
+  const auto [it, inserted] =
+      index_.try_emplace({source.path, source.data_offset}, static_cast<uint32_t>(sources_.size()));
+  if (inserted) sources_.push_back(source);
+  return it->second;
+}
+
+uint64_t NumElements(const ExtentList& list) {
+  uint64_t n = 0;
+  for (const Extent& e : list) n += e.gather.numel();
+  return n;
+}
+
+void AppendExtents(ExtentList& out, uint32_t source, const view::GatherList& gathers) {
+  for (const view::Gather& g : gathers) {
+    if (g.zero) {
+      AppendZeros(out, g.numel());
+      continue;
+    }
+    // Merge with the previous extent when it reads the same source (AppendGather decides whether
+    // the two gathers are contiguous).
+    if (!out.empty() && !out.back().gather.zero && out.back().source == source) {
+      view::GatherList merged = {out.back().gather};
+      view::AppendGather(merged, g);
+      if (merged.size() == 1) {
+        out.back().gather = merged[0];
+        continue;
+      }
+    }
+    if (g.numel() > 0) out.push_back(Extent{source, g});
+  }
+}
+
+void AppendZeros(ExtentList& out, uint64_t numel) {
+  if (numel == 0) return;
+  if (!out.empty() && out.back().gather.zero) {
+    out.back().gather = view::Gather::Zeros(out.back().gather.numel() + numel);
+    return;
+  }
+  out.push_back(Extent{0, view::Gather::Zeros(numel)});
+}
+
+}  // namespace reshard::plan

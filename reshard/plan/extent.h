@@ -1,0 +1,54 @@
+// Extent: a run of a target tensor's elements taken from one universal state tensor.
+//
+// The planner describes every target tensor (a flat fp32 partition, an Adam state partition, an
+// lp weight) as an ExtentList: gathers (view/gather.h) over numbered sources, in destination
+// order, with zero gathers for padding. Sources are universal state tensors on disk
+// (zero/<param>/<state>.pt): a file and the byte offset of element 0. Units are elements of the
+// source dtype. Lists are built at plan time and read-only afterwards.
+// Public header: C++17.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "reshard/format/dtype.h"
+#include "reshard/view/gather.h"
+
+namespace reshard::plan {
+
+struct Source {
+  std::string path;          // the .pt file
+  uint64_t data_offset = 0;  // absolute byte offset of element 0
+  format::DType dtype = format::DType::kFloat32;
+  uint64_t numel = 0;
+};
+
+struct Extent {
+  uint32_t source = 0;  // index into the plan's sources; ignored for zero gathers
+  view::Gather gather;
+};
+
+using ExtentList = std::vector<Extent>;
+
+// Interns sources so each file/offset appears once. Not thread-safe (plan-time only).
+class SourceTable {
+ public:
+  uint32_t Intern(const Source& source);
+  const std::vector<Source>& sources() const { return sources_; }
+
+ private:
+  std::vector<Source> sources_;
+  std::map<std::pair<std::string, uint64_t>, uint32_t> index_;
+};
+
+// Total elements of a list.
+uint64_t NumElements(const ExtentList& list);
+
+// Appends `gathers` from `source`, merging contiguous runs of the same source.
+void AppendExtents(ExtentList& out, uint32_t source, const view::GatherList& gathers);
+void AppendZeros(ExtentList& out, uint64_t numel);
+
+}  // namespace reshard::plan
