@@ -10,19 +10,14 @@
 
 #include "reshard/format/pickle_opcodes.h"
 
+#include "tests/unit/hex.h"
+
 namespace reshard::format {
 namespace {
 
-// ---- helpers ----
+using reshard::testing::FromHex;
 
-std::string FromHex(std::string_view hex) {
-  std::string out;
-  auto nibble = [](char c) { return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10; };
-  for (size_t k = 0; k + 1 < hex.size(); k += 2) {
-    out.push_back(static_cast<char>(nibble(hex[k]) << 4 | nibble(hex[k + 1])));
-  }
-  return out;
-}
+// ---- helpers ----
 
 // Assembles a pickle by hand: starts with PROTO `protocol`; Stop() appends STOP.
 class Asm {

@@ -12,29 +12,15 @@
 
 #include "reshard/format/pickle_reader.h"
 
+#include "tests/unit/hex.h"
+
 namespace reshard::format {
 namespace {
 
+using reshard::testing::FromHex;
+using reshard::testing::ToHex;
+
 // ---- helpers ----
-
-std::string FromHex(std::string_view hex) {
-  std::string out;
-  auto nibble = [](char c) { return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10; };
-  for (size_t k = 0; k + 1 < hex.size(); k += 2) {
-    out.push_back(static_cast<char>(nibble(hex[k]) << 4 | nibble(hex[k + 1])));
-  }
-  return out;
-}
-
-std::string ToHex(std::string_view bytes) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  for (const char c : bytes) {
-    out.push_back(kDigits[static_cast<uint8_t>(c) >> 4]);
-    out.push_back(kDigits[static_cast<uint8_t>(c) & 0xF]);
-  }
-  return out;
-}
 
 std::string MustWrite(const PickleTree& tree, NodeId root, const PickleWriteOptions& options = {}) {
   Result<std::string> bytes = WritePickle(tree, root, options);

@@ -5,18 +5,14 @@
 #include <string>
 #include <vector>
 
+#include "tests/unit/hex.h"
+
 namespace reshard::format {
 namespace {
 
-using view::Segment;
+using reshard::testing::FromHex;
 
-std::string FromHex(const std::string& hex) {
-  std::string out;
-  for (size_t i = 0; i + 1 < hex.size(); i += 2) {
-    out.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
-  }
-  return out;
-}
+using view::Segment;
 
 uint8_t PatternByte(uint32_t record, uint64_t offset) {
   return static_cast<uint8_t>(record * 29 + offset * 5 + 1);

@@ -7,18 +7,14 @@
 #include "reshard/format/zip_format.h"
 #include "reshard/format/zip_reader.h"
 
+#include "tests/unit/hex.h"
+
 namespace reshard::format {
 namespace {
 
-using view::Segment;
+using reshard::testing::FromHex;
 
-std::string FromHex(const std::string& hex) {
-  std::string out;
-  for (size_t i = 0; i + 1 < hex.size(); i += 2) {
-    out.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
-  }
-  return out;
-}
+using view::Segment;
 
 uint8_t PatternByte(uint32_t record, uint64_t offset) {
   return static_cast<uint8_t>(0x11 + record * 13 + offset * 3);
