@@ -1,6 +1,7 @@
 #include "reshard/plan/zero12_partition_plan.h"
 
 #include "reshard/layout/tp_partition.h"
+#include "reshard/plan/optimizer_groups.h"
 
 namespace reshard::plan {
 namespace {
@@ -88,13 +89,7 @@ Result<std::vector<RankGroupPartition>> PlanZero12Rank(const ucp::UniversalCheck
     return InvalidArgument("DP rank " + std::to_string(dp_rank) + " outside [0, " +
                            std::to_string(target.dp_size) + ")");
   }
-  std::vector<std::vector<const ucp::ParamEntry*>> groups(static_cast<size_t>(ckpt.num_source_groups()));
-  for (const ucp::ParamEntry& p : ckpt.params()) {
-    if (p.source_group < 0 || p.source_group >= ckpt.num_source_groups()) {
-      return Unsupported("parameter '" + p.name + "' is in no param group of the model-states file");
-    }
-    groups[static_cast<size_t>(p.source_group)].push_back(&p);
-  }
+  RS_ASSIGN_OR_RETURN(auto groups, OptimizerGroups(ckpt));
   std::vector<RankGroupPartition> out;
   for (const auto& params : groups) {
     RankGroupPartition g;

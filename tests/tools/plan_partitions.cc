@@ -1,4 +1,4 @@
-// plan_partitions: materialises the ZeRO-1/2 flat partitions the planner assigns to every
+// plan_partitions: materialises the ZeRO-1/2 flat partitions (ZeRO-3: sub-group flats) the planner assigns to every
 // target rank, for tests/integration/test_plan_partitions.py to compare with DeepSpeed's own
 // load_universal (tests/integration/ds_reference.py).
 //
@@ -17,6 +17,7 @@
 
 #include "reshard/base/mapped_file.h"
 #include "reshard/plan/zero12_partition_plan.h"
+#include "reshard/plan/zero3_partition_plan.h"
 #include "reshard/ucp/universal_checkpoint.h"
 
 namespace {
@@ -51,17 +52,38 @@ Result<std::string> Materialize(const std::vector<plan::Source>& sources,
   return out;
 }
 
+Status WriteStates(const std::string& out_dir, int t, int r, size_t g,
+                   const std::map<std::string, plan::ExtentList>& states, const plan::SourceTable& sources,
+                   std::map<uint32_t, reshard::MappedFile>& mapped) {
+  for (const auto& [state, extents] : states) {
+    RS_ASSIGN_OR_RETURN(std::string bytes, Materialize(sources.sources(), mapped, extents));
+    const std::string path = out_dir + "/t" + std::to_string(t) + "_r" + std::to_string(r) + "_g" +
+                             std::to_string(g) + "_" + state + ".bin";
+    std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  return Status::Ok();
+}
+
 Status Run(const std::string& ucp_path, int tp, int dp, int stage, const std::string& out_dir) {
   RS_ASSIGN_OR_RETURN(reshard::ucp::UniversalCheckpoint ckpt, reshard::ucp::UniversalCheckpoint::Open(ucp_path));
-  if (stage != 1 && stage != 2) return reshard::Unsupported("only ZeRO-1/2 targets are planned yet");
-  plan::Zero12Target target;
-  target.tp_size = tp;
-  target.dp_size = dp;
+  if (stage < 1 || stage > 3) return reshard::InvalidArgument("ZeRO stage must be 1, 2 or 3");
   plan::SourceTable sources;
   std::map<uint32_t, reshard::MappedFile> mapped;
   nlohmann::ordered_json manifest = nlohmann::ordered_json::array();
   for (int t = 0; t < tp; ++t) {
     for (int r = 0; r < dp; ++r) {
+      if (stage == 3) {
+        RS_ASSIGN_OR_RETURN(auto subs, plan::PlanZero3Rank(ckpt, plan::Zero3Target{tp, dp}, r, sources));
+        for (size_t g = 0; g < subs.size(); ++g) {
+          manifest.push_back({{"tp_rank", t}, {"dp_rank", r}, {"group", g}, {"param_group", subs[g].param_group},
+                              {"partition_numel", subs[g].flat_numel}, {"params", subs[g].param_names}});
+          RS_RETURN_IF_ERROR(WriteStates(out_dir, t, r, g, subs[g].states, sources, mapped));
+        }
+        continue;
+      }
+      plan::Zero12Target target;
+      target.tp_size = tp;
+      target.dp_size = dp;
       RS_ASSIGN_OR_RETURN(auto groups, plan::PlanZero12Rank(ckpt, target, t, r, sources));
       for (size_t g = 0; g < groups.size(); ++g) {
         const plan::RankGroupPartition& part = groups[g];
@@ -70,12 +92,7 @@ Status Run(const std::string& ucp_path, int tp, int dp, int stage, const std::st
                             {"padded_numel", part.layout.padded_numel},
                             {"group_padding", part.layout.group_padding},
                             {"params", part.param_names}});
-        for (const auto& [state, extents] : part.states) {
-          RS_ASSIGN_OR_RETURN(std::string bytes, Materialize(sources.sources(), mapped, extents));
-          const std::string path = out_dir + "/t" + std::to_string(t) + "_r" + std::to_string(r) + "_g" +
-                                   std::to_string(g) + "_" + state + ".bin";
-          std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-        }
+        RS_RETURN_IF_ERROR(WriteStates(out_dir, t, r, g, part.states, sources, mapped));
       }
     }
   }
@@ -86,7 +103,7 @@ Status Run(const std::string& ucp_path, int tp, int dp, int stage, const std::st
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Materialise planned ZeRO-1/2 partitions (test tool)"};
+  CLI::App app{"Materialise planned ZeRO partitions (test tool)"};
   std::string ucp_path, out_dir;
   int tp = 1, dp = 1, stage = 1;
   app.add_option("UCP", ucp_path)->required();
