@@ -33,6 +33,15 @@ def as_tensor(path: Path) -> torch.Tensor:
     return torch.frombuffer(bytearray(path.read_bytes()), dtype=torch.float32)
 
 
+def assert_states_equal(plan_dir: Path, r: int, g: int, numel: int, ds: dict) -> None:
+    """The planned fp32 / exp_avg / exp_avg_sq of rank r, group g == DeepSpeed's, bit for bit."""
+    expected = {"fp32": ds["fp32"], "exp_avg": ds["state"]["exp_avg"], "exp_avg_sq": ds["state"]["exp_avg_sq"]}
+    for state in STATES:
+        got = as_tensor(plan_dir / f"t0_r{r}_g{g}_{state}.bin")
+        assert got.numel() == numel == expected[state].numel(), (r, g, state)
+        assert torch.equal(got.view(torch.int32), expected[state].view(torch.int32)), (r, g, state)
+
+
 @pytest.mark.parametrize("dp", [1, 4])
 def test_zero1_partitions_equal_deepspeed(dp: int, ds_reference, plan_partitions: Path, run_tool,
                                           tmp_path: Path) -> None:
@@ -47,11 +56,7 @@ def test_zero1_partitions_equal_deepspeed(dp: int, ds_reference, plan_partitions
             assert m["params"] == ds["param_names"], (r, g)
             assert m["padded_numel"] == ds["flat_numel"], (r, g)
             assert m["group_padding"] == ds["group_padding"], (r, g)
-            expected = {"fp32": ds["fp32"], "exp_avg": ds["state"]["exp_avg"], "exp_avg_sq": ds["state"]["exp_avg_sq"]}
-            for state in STATES:
-                got = as_tensor(tmp_path / "plan" / f"t0_r{r}_g{g}_{state}.bin")
-                assert got.numel() == m["partition_numel"] == expected[state].numel(), (r, g, state)
-                assert torch.equal(got.view(torch.int32), expected[state].view(torch.int32)), (r, g, state)
+            assert_states_equal(tmp_path / "plan", r, g, m["partition_numel"], ds)
 
 
 @pytest.mark.parametrize("dp", [1, 4])
@@ -68,8 +73,4 @@ def test_zero3_sub_groups_equal_deepspeed(dp: int, ds_reference, plan_partitions
             m = by_rank_group[(r, j)]
             assert m["params"] == ds["param_names"], (r, j)
             assert m["param_group"] == ds["group_id"], (r, j)
-            expected = {"fp32": ds["fp32"], "exp_avg": ds["state"]["exp_avg"], "exp_avg_sq": ds["state"]["exp_avg_sq"]}
-            for state in STATES:
-                got = as_tensor(tmp_path / "plan" / f"t0_r{r}_g{j}_{state}.bin")
-                assert got.numel() == m["partition_numel"] == expected[state].numel(), (r, j, state)
-                assert torch.equal(got.view(torch.int32), expected[state].view(torch.int32)), (r, j, state)
+            assert_states_equal(tmp_path / "plan", r, j, m["partition_numel"], ds)
