@@ -10,12 +10,14 @@
 
 #include "reshard/format/pickle_opcodes.h"
 
+#include "tests/unit/format/pickle_goldens.h"
 #include "tests/unit/hex.h"
 
 namespace reshard::format {
 namespace {
 
 using reshard::testing::FromHex;
+using reshard::testing::kMixed2;
 
 // ---- helpers ----
 
@@ -158,16 +160,7 @@ Status ParseError(std::string_view bytes, const PickleLimits& limits = {}) {
 
 // ---- pickles written by Python 3.11 (pickle.dumps(obj, protocol=N).hex()) ----
 
-// {"a": [1, 2, (3, 4.5, None)], "s": {7}, "fs": frozenset({8}), "b": b"\x00\xff",
-//  "ba": bytearray(b"xy"), "t": True, "f": False, "e": (), "u": "\u00e9"}
-constexpr std::string_view kMixed2 =
-    "80027d71002858010000006171015d7102284b014b024b034740120000000000004e877103655801000000737104"
-    "635f5f6275696c74696e5f5f0a7365740a71055d71064b0761857107527108580200000066737109635f5f627569"
-    "6c74696e5f5f0a66726f7a656e7365740a710a5d710b4b086185710c52710d580100000062710e635f636f646563"
-    "730a656e636f64650a710f580300000000c3bf711058060000006c6174696e317111867112527113580200000062"
-    "617114635f5f6275696c74696e5f5f0a6279746561727261790a7115680f58020000007879711668118671175271"
-    "1885711952711a580100000074711b88580100000066711c89580100000065711d29580100000075711e58020000"
-    "00c3a9711f752e";
+// The object of pickle_goldens.h's kMixed2, at protocols 3, 4 and 5.
 constexpr std::string_view kMixed3 =
     "80037d71002858010000006171015d7102284b014b024b034740120000000000004e877103655801000000737104"
     "636275696c74696e730a7365740a71055d71064b0761857107527108580200000066737109636275696c74696e73"

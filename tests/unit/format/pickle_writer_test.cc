@@ -12,12 +12,14 @@
 
 #include "reshard/format/pickle_reader.h"
 
+#include "tests/unit/format/pickle_goldens.h"
 #include "tests/unit/hex.h"
 
 namespace reshard::format {
 namespace {
 
 using reshard::testing::FromHex;
+using reshard::testing::kMixed2;
 using reshard::testing::ToHex;
 
 // ---- helpers ----
@@ -220,14 +222,6 @@ TEST_CASE("pickle writer: batches of 1000, and single entries as Python's C pick
 // Python 3.11, protocol 2: the same dict as pickle_reader_test's kMixed2, and torch.save's
 // data.pkl of OrderedDict(w=torch.zeros(2, 3), n=7). Parsed and re-written, each must equal
 // pickletools.optimize() of the original: the same bytes minus the memo stores never read.
-constexpr std::string_view kMixed2 =
-    "80027d71002858010000006171015d7102284b014b024b034740120000000000004e877103655801000000737104"
-    "635f5f6275696c74696e5f5f0a7365740a71055d71064b0761857107527108580200000066737109635f5f627569"
-    "6c74696e5f5f0a66726f7a656e7365740a710a5d710b4b086185710c52710d580100000062710e635f636f646563"
-    "730a656e636f64650a710f580300000000c3bf711058060000006c6174696e317111867112527113580200000062"
-    "617114635f5f6275696c74696e5f5f0a6279746561727261790a7115680f58020000007879711668118671175271"
-    "1885711952711a580100000074711b88580100000066711c89580100000065711d29580100000075711e58020000"
-    "00c3a9711f752e";
 constexpr std::string_view kMixed2Optimized =
     "80027d285801000000615d284b014b024b034740120000000000004e8765580100000073635f5f6275696c74696e"
     "5f5f0a7365740a5d4b0761855258020000006673635f5f6275696c74696e5f5f0a66726f7a656e7365740a5d4b08"
