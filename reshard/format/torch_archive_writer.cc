@@ -8,7 +8,6 @@
 namespace reshard::format {
 namespace {
 
-constexpr char kPrefix[] = "archive/";
 
 // Every storage the tree names must be listed with its exact size, and every listed storage
 // must be named by the pickle: a loader would otherwise fail (missing record) or hold dead bytes.
@@ -41,7 +40,11 @@ Status CheckStorages(const PickleTree& tree, const std::vector<ArchiveStorageSpe
 
 Result<TorchArchiveLayout> LayoutTorchArchive(const PickleTree& tree,
                                               const std::vector<ArchiveStorageSpec>& storages,
-                                              uint32_t alignment) {
+                                              uint32_t alignment, const std::string& archive_name) {
+  if (archive_name.empty() || archive_name.find('/') != std::string::npos) {
+    return InvalidArgument("archive name '" + archive_name + "' must be one non-empty path component");
+  }
+  const std::string prefix = archive_name + "/";
   RS_RETURN_IF_ERROR(CheckStorages(tree, storages));
   RS_ASSIGN_OR_RETURN(std::string pickle, WritePickle(tree, tree.root()));
 
@@ -49,14 +52,14 @@ Result<TorchArchiveLayout> LayoutTorchArchive(const PickleTree& tree,
   entries.reserve(storages.size() + 3);
   auto add_inline = [&](const char* name, std::string content) {
     const uint64_t size = content.size();
-    entries.push_back(ZipEntry{std::string(kPrefix) + name, size, std::move(content)});
+    entries.push_back(ZipEntry{prefix + name, size, std::move(content)});
   };
   add_inline("data.pkl", std::move(pickle));
   add_inline("byteorder", "little");
   TorchArchiveLayout layout;
   layout.first_storage_entry = static_cast<uint32_t>(entries.size());
   for (const ArchiveStorageSpec& s : storages) {
-    entries.push_back(ZipEntry{std::string(kPrefix) + "data/" + s.key, s.nbytes, std::nullopt});
+    entries.push_back(ZipEntry{prefix + "data/" + s.key, s.nbytes, std::nullopt});
   }
   add_inline("version", "3\n");
   RS_ASSIGN_OR_RETURN(layout.zip, LayoutZip(entries, alignment));

@@ -2,6 +2,7 @@
 //
 // Given a pickle tree whose tensors name storages by key (torch_tensor.h) and the byte size of
 // each storage, this computes the whole file: records
+// (`archive` is `archive_name`; torch.save uses the file's base name without extension)
 //   archive/data.pkl            the protocol-2 pickle (pickle_writer.h), real CRC-32
 //   archive/byteorder           "little", real CRC-32
 //   archive/data/<key>          one per storage, in the order given, bytes supplied on read
@@ -43,9 +44,10 @@ struct TorchArchiveLayout {
 
 // Errors: the pickle writer's; kInvalidArgument when a key is empty, repeated, or contains '/',
 // when the tree's tensors name a key missing from `storages` or with another size, or when a
-// storage is not referenced by any tensor.
+// storage is not referenced by any tensor; when `archive_name` is empty or contains '/'.
 Result<TorchArchiveLayout> LayoutTorchArchive(const PickleTree& tree,
                                               const std::vector<ArchiveStorageSpec>& storages,
-                                              uint32_t alignment = 64);
+                                              uint32_t alignment = 64,
+                                              const std::string& archive_name = "archive");
 
 }  // namespace reshard::format

@@ -1,5 +1,7 @@
 #include "reshard/plan/extent.h"
 
+#include <algorithm>
+
 namespace reshard::plan {
 
 uint32_t SourceTable::Intern(const Source& source) {
@@ -42,6 +44,26 @@ void AppendZeros(ExtentList& out, uint64_t numel) {
     return;
   }
   out.push_back(Extent{0, view::Gather::Zeros(numel)});
+}
+
+Result<ExtentList> SliceExtents(const ExtentList& list, uint64_t offset, uint64_t length) {
+  ExtentList out;
+  uint64_t pos = 0;  // first element of the current extent
+  for (const Extent& e : list) {
+    if (length == 0) break;
+    const uint64_t n = e.gather.numel();
+    if (offset < pos + n) {
+      const uint64_t begin = offset - pos;
+      const uint64_t take = std::min(n - begin, length);
+      RS_ASSIGN_OR_RETURN(view::GatherList piece, view::Slice({e.gather}, begin, take));
+      AppendExtents(out, e.source, piece);
+      offset += take;
+      length -= take;
+    }
+    pos += n;
+  }
+  if (length != 0) return OutOfRange("extent slice past the end of the list");
+  return out;
 }
 
 }  // namespace reshard::plan

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "reshard/base/status.h"
 #include "reshard/format/dtype.h"
 #include "reshard/view/gather.h"
 
@@ -50,5 +51,8 @@ uint64_t NumElements(const ExtentList& list);
 // Appends `gathers` from `source`, merging contiguous runs of the same source.
 void AppendExtents(ExtentList& out, uint32_t source, const view::GatherList& gathers);
 void AppendZeros(ExtentList& out, uint64_t numel);
+
+// Elements [offset, offset + length) of `list`, in order. kOutOfRange past its end.
+Result<ExtentList> SliceExtents(const ExtentList& list, uint64_t offset, uint64_t length);
 
 }  // namespace reshard::plan

@@ -2,54 +2,12 @@
 
 #include "reshard/layout/tp_partition.h"
 #include "reshard/plan/optimizer_groups.h"
+#include "reshard/plan/param_slice.h"
 
 namespace reshard::plan {
 namespace {
 
 constexpr const char* kStates[] = {"fp32", "exp_avg", "exp_avg_sq"};
-
-layout::UcpCategory ToLayoutCategory(const ucp::ParamCategories& c) {
-  layout::UcpCategory out;
-  if (c.cat_dim) out.cat_dim = static_cast<int>(*c.cat_dim);
-  out.n_sub_params = c.param_n_sub_params.value_or(1);
-  if (c.sub_param_shape) {
-    layout::SubParamShape s;
-    s.partition_dim = static_cast<int>(c.sub_param_shape->partition_dim);
-    for (const ucp::SubparamDim& d : c.sub_param_shape->shape) {
-      s.shape.push_back(d.is_tuple ? d.sub_sizes : std::vector<int64_t>{d.size});
-    }
-    out.sub_param_shape = std::move(s);
-  }
-  out.vocab_tensor = c.vocab_tensor.value_or(false);
-  return out;
-}
-
-Result<std::optional<int64_t>> VocabRows(const ucp::UniversalCheckpoint& ckpt, const Zero12Target& target,
-                                         const ucp::ParamEntry& p) {
-  if (!p.categories.vocab_tensor.value_or(false)) return std::optional<int64_t>();
-  if (target.padded_vocab_rows) return target.padded_vocab_rows;
-  const auto& padded = ckpt.info().padded_vocab_size;
-  if (padded && *padded % target.tp_size == 0) return padded;
-  return InvalidArgument("vocab parameter '" + p.name +
-                         "' needs the target model's padded vocab size (its local rows times TP)");
-}
-
-Result<layout::TpSlice> SliceParam(const ucp::UniversalCheckpoint& ckpt, const Zero12Target& target,
-                                   const ucp::ParamEntry& p, int tp_rank) {
-  if (p.categories.is_expert_param.value_or(false)) {
-    return Unsupported("parameter '" + p.name + "': AutoEP expert tensors are not served yet");
-  }
-  if (p.bare_tensor && target.tp_size > 1) {
-    return Unsupported("parameter '" + p.name +
-                       "' is a bare tensor (a ZeRO-3 conversion without TP); a TP > 1 target needs "
-                       "its AutoTP layout");
-  }
-  RS_ASSIGN_OR_RETURN(std::optional<int64_t> vocab_rows, VocabRows(ckpt, target, p));
-  auto slice = layout::SliceForRank(p.full_shape, ToLayoutCategory(p.categories), nullptr, vocab_rows,
-                                    target.tp_size, tp_rank);
-  if (!slice.ok()) return slice.status().Annotate("parameter '" + p.name + "'");
-  return slice;
-}
 
 uint64_t Numel(const std::vector<int64_t>& shape) {
   uint64_t n = 1;
@@ -96,7 +54,8 @@ Result<std::vector<RankGroupPartition>> PlanZero12Rank(const ucp::UniversalCheck
     std::vector<layout::TpSlice> slices;
     std::vector<layout::FlatParam> flat;
     for (const ucp::ParamEntry* p : params) {
-      RS_ASSIGN_OR_RETURN(layout::TpSlice slice, SliceParam(ckpt, target, *p, tp_rank));
+      RS_ASSIGN_OR_RETURN(layout::TpSlice slice,
+                          SliceParam(ckpt, *p, target.tp_size, tp_rank, target.padded_vocab_rows));
       flat.push_back(layout::FlatParam{p->name, Numel(slice.local_shape), true});
       g.param_names.push_back(p->name);
       g.local_shapes.push_back(slice.local_shape);

@@ -1,0 +1,127 @@
+#include "reshard/plan/checkpoint_plan.h"
+
+#include <utility>
+
+#include "reshard/plan/model_states_file.h"
+#include "reshard/plan/optim_states_file.h"
+#include "reshard/plan/optimizer_groups.h"
+#include "reshard/plan/zero12_partition_plan.h"
+#include "reshard/plan/zero3_partition_plan.h"
+
+namespace reshard::plan {
+namespace {
+
+constexpr std::string_view kUniversalSuffix = "_universal";
+
+Status CheckTarget(const Target& t) {
+  if (t.zero_stage < 1 || t.zero_stage > 3) {
+    return InvalidArgument("ZeRO stage " + std::to_string(t.zero_stage) + " is not served (1, 2 or 3)");
+  }
+  if (t.tp_size < 1 || t.dp_size < 1) {
+    return InvalidArgument("TP " + std::to_string(t.tp_size) + " x DP " + std::to_string(t.dp_size) +
+                           ": both must be at least 1");
+  }
+  if (t.tp_size >= 100) return InvalidArgument("TP must stay below 100 (DeepSpeed sorts mp_rank_XX names as text)");
+  if (t.zero_stage == 3 && t.tp_size > 1) {
+    return Unsupported("a ZeRO-3 target with TP " + std::to_string(t.tp_size) +
+                       " needs the model's AutoTP layout, which is not planned yet");
+  }
+  return Status::Ok();
+}
+
+Status PlanZero12(const ucp::UniversalCheckpoint& ckpt, const Target& target, SourceTable& sources,
+                  std::vector<FilePlan>& model_files, std::vector<FilePlan>& optim_files) {
+  Zero12Target z;
+  z.tp_size = target.tp_size;
+  z.dp_size = target.dp_size;
+  z.options.round_robin_gradients = target.round_robin_gradients;
+  z.padded_vocab_rows = target.padded_vocab_rows;
+  for (int t = 0; t < target.tp_size; ++t) {
+    for (int r = 0; r < target.dp_size; ++r) {
+      RS_ASSIGN_OR_RETURN(std::vector<RankGroupPartition> groups, PlanZero12Rank(ckpt, z, t, r, sources));
+      if (r == 0) {
+        std::vector<ParamShapeGroup> shapes;
+        for (const RankGroupPartition& g : groups) {
+          ParamShapeGroup s;
+          for (size_t i : g.layout.flat_order) {
+            s.names.push_back(g.param_names[i]);
+            s.shapes.push_back(g.local_shapes[i]);
+          }
+          shapes.push_back(std::move(s));
+        }
+        RS_ASSIGN_OR_RETURN(FilePlan model, PlanModelStatesFile(ckpt, target, t, 0, shapes, sources));
+        model_files.push_back(std::move(model));
+      }
+      RS_ASSIGN_OR_RETURN(FilePlan optim, PlanZero12OptimFile(ckpt, target, t, r, groups, sources));
+      optim_files.push_back(std::move(optim));
+    }
+  }
+  return Status::Ok();
+}
+
+// The logical (full) shape ZeRO-3 records for a parameter in param_shapes.
+std::vector<int64_t> FullShape(const ucp::ParamEntry& p) {
+  if (p.bare_tensor && !p.tp_shapes.empty()) return p.tp_shapes[0];
+  return p.full_shape;
+}
+
+Status PlanZero3(const ucp::UniversalCheckpoint& ckpt, const Target& target, SourceTable& sources,
+                 std::vector<FilePlan>& model_files, std::vector<FilePlan>& optim_files) {
+  Zero3Target z;
+  z.tp_size = target.tp_size;
+  z.dp_size = target.dp_size;
+  z.sub_group_size = target.sub_group_size;
+  for (int r = 0; r < target.dp_size; ++r) {
+    RS_ASSIGN_OR_RETURN(std::vector<RankSubGroup> subs, PlanZero3Rank(ckpt, z, r, sources));
+    std::vector<ParamShapeGroup> shapes;
+    for (const RankSubGroup& sub : subs) {
+      ParamShapeGroup s;
+      for (const std::string& name : sub.param_names) {
+        s.names.push_back(name);
+        s.shapes.push_back(FullShape(*ckpt.FindParam(name)));
+      }
+      shapes.push_back(std::move(s));
+    }
+    RS_ASSIGN_OR_RETURN(FilePlan model, PlanModelStatesFile(ckpt, target, 0, r, shapes, sources));
+    model_files.push_back(std::move(model));
+    RS_ASSIGN_OR_RETURN(FilePlan optim, PlanZero3OptimFile(ckpt, target, 0, r, subs, sources));
+    optim_files.push_back(std::move(optim));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string ServedTag(const ucp::UniversalCheckpoint& ckpt, const Target& target) {
+  if (!target.tag.empty()) return target.tag;
+  std::string tag = ckpt.tag();
+  if (tag.size() > kUniversalSuffix.size() &&
+      tag.compare(tag.size() - kUniversalSuffix.size(), kUniversalSuffix.size(), kUniversalSuffix) == 0) {
+    tag.resize(tag.size() - kUniversalSuffix.size());
+  }
+  return tag;
+}
+
+Result<CheckpointPlan> PlanCheckpoint(const ucp::UniversalCheckpoint& ckpt, const Target& requested) {
+  RS_RETURN_IF_ERROR(CheckTarget(requested));
+  CheckpointPlan plan;
+  plan.target = requested;
+  plan.target.tag = ServedTag(ckpt, requested);
+  if (plan.target.tag.empty() || plan.target.tag.find('/') != std::string::npos || plan.target.tag == "." ||
+      plan.target.tag == "..") {
+    return InvalidArgument("tag '" + plan.target.tag + "' is not a single folder name");
+  }
+  SourceTable sources;
+  std::vector<FilePlan> model_files, optim_files;
+  if (plan.target.zero_stage == 3) {
+    RS_RETURN_IF_ERROR(PlanZero3(ckpt, plan.target, sources, model_files, optim_files));
+  } else {
+    RS_RETURN_IF_ERROR(PlanZero12(ckpt, plan.target, sources, model_files, optim_files));
+  }
+  plan.files = std::move(model_files);
+  for (FilePlan& f : optim_files) plan.files.push_back(std::move(f));
+  plan.sources = sources.sources();
+  return plan;
+}
+
+}  // namespace reshard::plan

@@ -1,0 +1,42 @@
+// CheckpointPlan: every file of the target layout's native checkpoint, planned from a universal
+// checkpoint without reading tensor data.
+//
+//   <tag>/mp_rank_XX_model_states.pt                     ZeRO-1/2, one per TP rank
+//   <tag>/zero_pp_rank_D_mp_rank_XX_model_states.pt      ZeRO-3, one per (DP, TP) rank
+//   <tag>/{bf16_}zero_pp_rank_D_mp_rank_XX_optim_states.pt   one per (DP, TP) rank
+// in that order (model states by TP rank, then DP rank; optimizer states by TP rank, then DP
+// rank). `latest` (the tag) is the caller's to serve. The one implementation of every rule is
+// below this: layout/ (TP and ZeRO cuts) through plan/zero12_partition_plan.h and
+// plan/zero3_partition_plan.h; the FUSE server, `materialize`, the GPU path and the tests all
+// run the resulting plan.
+//
+// Errors: a target the checkpoint cannot take (kInvalidArgument: TP/DP < 1, a ZeRO stage other
+// than 1-3, a TP split that does not divide, a vocab tensor without a padded size), inputs not
+// served yet (kUnsupported, naming the parameter or file), and inconsistent checkpoints
+// (kCorrupt). Immutable once built; share it freely between threads.
+// Public header: C++17.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "reshard/base/status.h"
+#include "reshard/plan/extent.h"
+#include "reshard/plan/file_plan.h"
+#include "reshard/plan/target.h"
+#include "reshard/ucp/universal_checkpoint.h"
+
+namespace reshard::plan {
+
+struct CheckpointPlan {
+  Target target;                 // as planned (tag resolved)
+  std::vector<Source> sources;   // every universal file region the files read
+  std::vector<FilePlan> files;
+};
+
+Result<CheckpointPlan> PlanCheckpoint(const ucp::UniversalCheckpoint& checkpoint, const Target& target);
+
+// The tag a target is served under: target.tag, or the universal tag without "_universal".
+std::string ServedTag(const ucp::UniversalCheckpoint& checkpoint, const Target& target);
+
+}  // namespace reshard::plan

@@ -1,0 +1,49 @@
+// SourceFiles: the universal checkpoint's files a plan reads, opened once, read with pread.
+//
+// Tensor bytes are read with pread(2), never through a mapping: a source file truncated while
+// served then fails one read with an error (EIO at the FUSE boundary) instead of killing the
+// process with SIGBUS. Each distinct path is opened once (O_RDONLY | O_CLOEXEC) and owned here.
+//
+// Thread safety: immutable after Open(); ReadElements may run concurrently from any number of
+// threads. Movable, not copyable. Public header: C++17.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "reshard/base/status.h"
+#include "reshard/base/unique_fd.h"
+#include "reshard/plan/extent.h"
+
+namespace reshard::plan {
+
+class SourceFiles {
+ public:
+  // Opens every source's file and checks that it still holds the source's bytes
+  // (data_offset + numel * itemsize <= file size). Errors: kIoError (open/fstat, with errno),
+  // kCorrupt (a file shorter than its source needs).
+  static Result<SourceFiles> Open(const std::vector<Source>& sources);
+
+  size_t size() const { return entries_.size(); }
+  uint32_t itemsize(uint32_t source) const { return entries_[source].itemsize; }
+
+  // Copies elements [first, first + count) of source `source` to `out` (count * itemsize
+  // bytes). Errors: kOutOfRange past the source's end; kIoError naming the file and offset when
+  // pread fails or the file ends early (it was truncated after Open).
+  Status ReadElements(uint32_t source, uint64_t first, uint64_t count, uint8_t* out) const;
+
+ private:
+  struct Entry {
+    uint32_t file = 0;  // index into files_/paths_
+    uint64_t data_offset = 0;
+    uint32_t itemsize = 0;
+    uint64_t numel = 0;
+  };
+
+  std::vector<UniqueFd> files_;
+  std::vector<std::string> paths_;
+  std::vector<Entry> entries_;
+};
+
+}  // namespace reshard::plan

@@ -1,0 +1,44 @@
+// Target: the layout a served checkpoint is planned for, and the file names DeepSpeed gives it.
+//
+// A target is what the resuming run will be: TP and DP degrees, ZeRO stage, the dtype of its
+// low-precision (module) weights, and the options that change how DeepSpeed cuts the optimizer
+// state. Defaults describe DeepSpeed's defaults; plan/target_config.h fills one from flags and
+// the run's own ds_config.json. Plain value. Public header: C++17.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "reshard/format/dtype.h"
+
+namespace reshard::plan {
+
+struct Target {
+  int zero_stage = 1;  // 1, 2 or 3
+  int tp_size = 1;
+  int dp_size = 1;
+  // The module weights' dtype: bf16 (bf16.enabled), fp16 (fp16.enabled) or fp32. Also decides
+  // the optimizer files' "bf16_" prefix, which DeepSpeed derives from bf16.enabled alone.
+  format::DType lp_dtype = format::DType::kFloat32;
+  bool round_robin_gradients = false;       // zero_optimization.round_robin_gradients (ZeRO-1/2)
+  uint64_t sub_group_size = 1000000000;     // zero_optimization.sub_group_size (ZeRO-3)
+  // Rows of a vocab tensor summed over TP ranks in the target model (its padded vocab size);
+  // unset: universal_checkpoint_info's padded_vocab_size.
+  std::optional<int64_t> padded_vocab_rows;
+  // The checkpoint tag the files are served under; empty: the universal tag without its
+  // "_universal" suffix (global_step3_universal -> global_step3).
+  std::string tag;
+  // The resuming run's ds_config (a JSON object), written as the files' `ds_config` as that run
+  // would save it; null: the source run's is kept.
+  nlohmann::ordered_json ds_config;
+};
+
+// File names, as DeepSpeed 0.19.8's engine builds them (engine.py _get_ckpt_name,
+// _get_zero_ckpt_name): XX is the TP rank on two digits, D the DP rank.
+std::string ModelStatesFileName(const Target& target, int tp_rank, int dp_rank);  // stage 3 uses dp_rank
+std::string OptimStatesFileName(const Target& target, int tp_rank, int dp_rank);
+
+}  // namespace reshard::plan

@@ -1,0 +1,197 @@
+#include "reshard/plan/target_config.h"
+
+#include <initializer_list>
+#include <string_view>
+
+#include "reshard/format/pickle_query.h"
+
+namespace reshard::plan {
+namespace {
+
+using Path = std::initializer_list<std::string_view>;
+
+std::string Dotted(Path path) {
+  std::string out;
+  for (std::string_view p : path) out += (out.empty() ? "" : ".") + std::string(p);
+  return out;
+}
+
+// A ds_config as a JSON document (the target's) or as the pickled dict the source run saved.
+class ConfigView {
+ public:
+  explicit ConfigView(const nlohmann::ordered_json* json, std::string name) : json_(json), name_(std::move(name)) {}
+  ConfigView(const format::PickleTree* tree, format::NodeId root, std::string name)
+      : tree_(tree), root_(root), name_(std::move(name)) {}
+
+  Result<std::optional<int64_t>> Int(Path path) const {
+    if (json_ != nullptr) {
+      const nlohmann::ordered_json* v = Find(path);
+      if (v == nullptr || v->is_null()) return std::optional<int64_t>();
+      if (v->is_number_integer()) return std::optional<int64_t>(v->get<int64_t>());
+      if (v->is_number_float() && v->get<double>() == static_cast<double>(static_cast<int64_t>(v->get<double>()))) {
+        return std::optional<int64_t>(static_cast<int64_t>(v->get<double>()));  // 1e9 in JSON is a float
+      }
+      return Bad(path, "an integer");
+    }
+    const format::NodeId v = FindNode(path);
+    if (v == format::kNoNode || format::IsNone(*tree_, v)) return std::optional<int64_t>();
+    if (auto i = format::AsInt(*tree_, v)) return std::optional<int64_t>(*i);
+    if (auto f = format::AsFloat(*tree_, v); f && *f == static_cast<double>(static_cast<int64_t>(*f))) {
+      return std::optional<int64_t>(static_cast<int64_t>(*f));
+    }
+    return Bad(path, "an integer");
+  }
+
+  Result<std::optional<bool>> Bool(Path path) const {
+    if (json_ != nullptr) {
+      const nlohmann::ordered_json* v = Find(path);
+      if (v == nullptr || v->is_null()) return std::optional<bool>();
+      if (v->is_boolean()) return std::optional<bool>(v->get<bool>());
+      if (v->is_string() && v->get<std::string>() == "auto") return std::optional<bool>();  // HF Trainer's "auto"
+      return Bad(path, "true or false");
+    }
+    const format::NodeId v = FindNode(path);
+    if (v == format::kNoNode || format::IsNone(*tree_, v)) return std::optional<bool>();
+    if (auto b = format::AsBool(*tree_, v)) return std::optional<bool>(*b);
+    return Bad(path, "true or false");
+  }
+
+  Result<std::optional<std::string>> Str(Path path) const {
+    if (json_ != nullptr) {
+      const nlohmann::ordered_json* v = Find(path);
+      if (v == nullptr || v->is_null()) return std::optional<std::string>();
+      if (v->is_string()) return std::optional<std::string>(v->get<std::string>());
+      return Bad(path, "a string");
+    }
+    const format::NodeId v = FindNode(path);
+    if (v == format::kNoNode || format::IsNone(*tree_, v)) return std::optional<std::string>();
+    if (auto s = format::AsStr(*tree_, v)) return std::optional<std::string>(std::string(*s));
+    return Bad(path, "a string");
+  }
+
+ private:
+  const nlohmann::ordered_json* Find(Path path) const {
+    const nlohmann::ordered_json* v = json_;
+    for (std::string_view key : path) {
+      if (!v->is_object()) return nullptr;
+      const auto it = v->find(std::string(key));
+      if (it == v->end()) return nullptr;
+      v = &*it;
+    }
+    return v;
+  }
+
+  format::NodeId FindNode(Path path) const {
+    format::NodeId v = root_;
+    for (std::string_view key : path) v = format::DictLookup(*tree_, v, key);
+    return v;
+  }
+
+  Status Bad(Path path, const char* want) const {
+    return InvalidArgument(name_ + ": " + Dotted(path) + " must be " + want);
+  }
+
+  const nlohmann::ordered_json* json_ = nullptr;
+  const format::PickleTree* tree_ = nullptr;
+  format::NodeId root_ = format::kNoNode;
+  std::string name_;
+};
+
+// The first value any view has for `path`, by precedence.
+template <typename T, typename Get>
+Result<std::optional<T>> First(const std::vector<const ConfigView*>& views, Get get) {
+  for (const ConfigView* v : views) {
+    RS_ASSIGN_OR_RETURN(std::optional<T> value, get(*v));
+    if (value) return value;
+  }
+  return std::optional<T>();
+}
+
+Result<std::optional<format::DType>> LpFrom(const ConfigView& v) {
+  RS_ASSIGN_OR_RETURN(std::optional<bool> bf16, v.Bool({"bf16", "enabled"}));
+  if (!bf16) {
+    RS_ASSIGN_OR_RETURN(bf16, v.Bool({"bfloat16", "enabled"}));
+  }
+  RS_ASSIGN_OR_RETURN(std::optional<bool> fp16, v.Bool({"fp16", "enabled"}));
+  if (bf16.value_or(false) && fp16.value_or(false)) {
+    return InvalidArgument("bf16.enabled and fp16.enabled are both true");
+  }
+  if (bf16.value_or(false)) return std::optional<format::DType>(format::DType::kBFloat16);
+  if (fp16.value_or(false)) return std::optional<format::DType>(format::DType::kFloat16);
+  if (bf16 || fp16) return std::optional<format::DType>(format::DType::kFloat32);  // said, and off
+  return std::optional<format::DType>();
+}
+
+Result<std::optional<int64_t>> DpFrom(const ConfigView& v, std::string_view name) {
+  RS_ASSIGN_OR_RETURN(std::optional<int64_t> batch, v.Int({"train_batch_size"}));
+  RS_ASSIGN_OR_RETURN(std::optional<int64_t> micro, v.Int({"train_micro_batch_size_per_gpu"}));
+  RS_ASSIGN_OR_RETURN(std::optional<int64_t> accum, v.Int({"gradient_accumulation_steps"}));
+  if (!batch || !micro || !accum) return std::optional<int64_t>();
+  if (*micro < 1 || *accum < 1 || *batch % (*micro * *accum) != 0) {
+    return InvalidArgument(std::string(name) + ": train_batch_size " + std::to_string(*batch) +
+                           " is not a multiple of train_micro_batch_size_per_gpu * gradient_accumulation_steps (" +
+                           std::to_string(*micro) + " * " + std::to_string(*accum) + ")");
+  }
+  return std::optional<int64_t>(*batch / (*micro * *accum));
+}
+
+}  // namespace
+
+std::optional<format::DType> ParseLpDtype(const std::string& name) {
+  if (name == "fp32" || name == "float32") return format::DType::kFloat32;
+  if (name == "bf16" || name == "bfloat16") return format::DType::kBFloat16;
+  if (name == "fp16" || name == "float16" || name == "half") return format::DType::kFloat16;
+  return std::nullopt;
+}
+
+Result<Target> ResolveTarget(const ucp::UniversalCheckpoint& ckpt, const nlohmann::ordered_json& ds_config,
+                             const TargetOverrides& o) {
+  const format::TorchArchive& ms = ckpt.model_states().front().archive;
+  const format::NodeId src_root = format::DictLookup(ms.tree(), ms.tree().root(), "ds_config");
+  const ConfigView source(&ms.tree(), src_root, ms.path() + ": ds_config");
+  const ConfigView target(&ds_config, "the target ds_config");
+  std::vector<const ConfigView*> views;
+  if (!ds_config.is_null()) views.push_back(&target);
+  views.push_back(&source);
+  const std::vector<const ConfigView*> target_only(views.begin(), views.end() - 1);
+
+  Target t;
+  RS_ASSIGN_OR_RETURN(auto stage, First<int64_t>(views, [](const ConfigView& v) {
+                        return v.Int({"zero_optimization", "stage"});
+                      }));
+  t.zero_stage = o.zero_stage ? *o.zero_stage : static_cast<int>(stage.value_or(ckpt.zero_stage()));
+  RS_ASSIGN_OR_RETURN(auto tp, First<int64_t>(target_only, [](const ConfigView& v) {
+                        return v.Int({"tensor_parallel", "autotp_size"});
+                      }));
+  t.tp_size = o.tp_size ? *o.tp_size : static_cast<int>(tp.value_or(ckpt.tp_degree()));
+  std::optional<int64_t> dp;
+  if (!ds_config.is_null()) {
+    RS_ASSIGN_OR_RETURN(dp, DpFrom(target, "the target ds_config"));
+  }
+  t.dp_size = o.dp_size ? *o.dp_size : static_cast<int>(dp.value_or(ckpt.dp_world_size()));
+  RS_ASSIGN_OR_RETURN(auto lp, First<format::DType>(views, LpFrom));
+  t.lp_dtype = o.lp_dtype ? *o.lp_dtype : lp.value_or(format::DType::kFloat32);
+  RS_ASSIGN_OR_RETURN(auto rr, First<bool>(views, [](const ConfigView& v) {
+                        return v.Bool({"zero_optimization", "round_robin_gradients"});
+                      }));
+  t.round_robin_gradients = rr.value_or(false);
+  RS_ASSIGN_OR_RETURN(auto sub, First<int64_t>(views, [](const ConfigView& v) {
+                        return v.Int({"zero_optimization", "sub_group_size"});
+                      }));
+  if (sub && *sub < 1) return InvalidArgument("zero_optimization.sub_group_size must be at least 1");
+  if (sub) t.sub_group_size = static_cast<uint64_t>(*sub);
+  RS_ASSIGN_OR_RETURN(auto accum, First<std::string>(views, [](const ConfigView& v) {
+                        return v.Str({"data_types", "grad_accum_dtype"});
+                      }));
+  if (t.lp_dtype == format::DType::kBFloat16 && t.zero_stage <= 1 && accum && (*accum == "fp32" || *accum == "float32")) {
+    return Unsupported("bf16 with ZeRO stage " + std::to_string(t.zero_stage) +
+                       " and data_types.grad_accum_dtype fp32 runs DeepSpeed's BF16_Optimizer, whose files are "
+                       "not served yet");
+  }
+  t.padded_vocab_rows = o.padded_vocab_rows;
+  t.tag = o.tag;
+  t.ds_config = ds_config;
+  return t;
+}
+
+}  // namespace reshard::plan
