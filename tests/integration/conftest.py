@@ -444,14 +444,14 @@ def case_object() -> Callable[[str], Any]:
 
 @pytest.fixture(scope="session")
 def ds_reference(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., list[Path]]:
-    """ds_reference(zero_stage, dp, ucp=examples/tiny/universal): rank_<r>.pt dumps of DeepSpeed's
+    """ds_reference(zero_stage, dp, ucp=examples/tiny/universal, bf16=False): rank_<r>.pt dumps of DeepSpeed's
     own load_universal of `ucp` at that layout (native_resaved/ next to them); one DeepSpeed run
     per (ucp, layout) and session."""
     base = tmp_path_factory.getbasetemp() / "ds_reference"
 
-    def get(zero_stage: int, dp: int, ucp: Path = EXAMPLES / "tiny" / "universal") -> list[Path]:
+    def get(zero_stage: int, dp: int, ucp: Path = EXAMPLES / "tiny" / "universal", bf16: bool = False) -> list[Path]:
         try:
-            return cached_target_states(base / ucp.parent.name, ucp, zero_stage, dp)
+            return cached_target_states(base / ucp.parent.name, ucp, zero_stage, dp, bf16)
         except RuntimeError as error:
             pytest.fail(str(error), pytrace=False)
 

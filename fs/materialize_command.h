@@ -1,0 +1,23 @@
+// `reshardfs materialize SRC OUT_DIR [target flags]`: writes the target layout's checkpoint to
+// disk (OUT_DIR/latest and OUT_DIR/<tag>/...), byte for byte what `mount` serves. For users
+// without FUSE, and for tests that compare the served bytes with DeepSpeed's own files.
+#pragma once
+
+#include <ostream>
+#include <string>
+
+#include "fs/target_flags.h"
+#include "reshard/base/status.h"
+
+namespace reshard::fs {
+
+struct MaterializeOptions {
+  std::string source;
+  std::string out_dir;  // must not exist, or be an empty folder
+  TargetFlags target;
+};
+
+// Prints one line per file written to `out`.
+Status RunMaterialize(const MaterializeOptions& options, std::ostream& out);
+
+}  // namespace reshard::fs

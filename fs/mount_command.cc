@@ -1,0 +1,54 @@
+#include "fs/mount_command.h"
+
+#include <filesystem>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "fs/inline_content.h"
+#include "fs/namespace.h"
+#include "fs/passthrough_content.h"
+#include "fs/planned_content.h"
+#include "fs/served_checkpoint.h"
+
+namespace reshard::fs {
+namespace {
+
+// Regular files beside the universal tag folder, except the names the mount serves itself.
+Status AddRunFolderFiles(const ServedCheckpoint& served, std::vector<NamespaceEntry>& entries) {
+  namespace stdfs = std::filesystem;
+  const stdfs::path run = stdfs::path(served.checkpoint().dir()).parent_path();
+  std::error_code ec;
+  stdfs::directory_iterator it(run.empty() ? stdfs::path(".") : run, ec);
+  if (ec) return IoError(run.string() + ": " + ec.message());
+  for (const stdfs::directory_entry& e : it) {
+    const std::string name = e.path().filename().string();
+    if (name == "latest" || name == "latest_universal" || name == served.tag()) continue;
+    if (!e.is_regular_file(ec)) continue;
+    RS_ASSIGN_OR_RETURN(std::shared_ptr<const PassthroughContent> content, PassthroughContent::Create(e.path().string()));
+    entries.push_back({name, std::move(content)});
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status RunMount(const MountOptions& options) {
+  RS_ASSIGN_OR_RETURN(ServedCheckpoint served, ServedCheckpoint::Load(options.source, options.target));
+  std::vector<NamespaceEntry> entries;
+  entries.push_back({"latest", std::make_shared<const InlineContent>(served.tag())});
+  for (size_t i = 0; i < served.files().size(); ++i) {
+    entries.push_back({served.files()[i].path(),
+                       std::make_shared<const PlannedContent>(served.shared_files(), i, served.shared_sources())});
+  }
+  RS_RETURN_IF_ERROR(AddRunFolderFiles(served, entries));
+  RS_ASSIGN_OR_RETURN(Namespace ns, Namespace::Build(std::move(entries)));
+  const plan::Target& t = served.target();
+  spdlog::info("serving {} as TP {} x DP {}, ZeRO-{}, tag {}: {} files", served.checkpoint().dir(), t.tp_size,
+               t.dp_size, t.zero_stage, t.tag, served.files().size());
+  return Serve(ns, options.serve);
+}
+
+}  // namespace reshard::fs

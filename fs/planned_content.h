@@ -1,0 +1,33 @@
+// PlannedContent: a target file of the served checkpoint (a plan::PlannedFile) as a FUSE file.
+// Reads are the planned file's reads over the shared source files: arithmetic, pread and
+// memcpy, no lock. Immutable; thread-safe. Shares ownership of the planned files and sources so
+// it stays valid as long as the Namespace holding it.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "fs/file_content.h"
+#include "reshard/plan/planned_file.h"
+#include "reshard/plan/source_files.h"
+
+namespace reshard::fs {
+
+class PlannedContent final : public FileContent {
+ public:
+  PlannedContent(std::shared_ptr<const std::vector<plan::PlannedFile>> files, size_t index,
+                 std::shared_ptr<const plan::SourceFiles> sources)
+      : files_(std::move(files)), file_(&(*files_)[index]), sources_(std::move(sources)) {}
+
+  uint64_t size() const override { return file_->size(); }
+  Result<size_t> Read(uint64_t offset, uint8_t* out, size_t length) const override {
+    return file_->Read(*sources_, offset, out, length);
+  }
+
+ private:
+  std::shared_ptr<const std::vector<plan::PlannedFile>> files_;
+  const plan::PlannedFile* file_;
+  std::shared_ptr<const plan::SourceFiles> sources_;
+};
+
+}  // namespace reshard::fs

@@ -1,0 +1,43 @@
+// ServedCheckpoint: a universal checkpoint opened and planned for one target layout, with every
+// target file laid out and every source file open: what `mount`, `materialize` and `plan` serve.
+//
+// Load() does all the work that depends on metadata (index, plan, pickles, zip directories);
+// afterwards reading any byte of any file is arithmetic plus pread. Immutable after Load();
+// Read() of files is safe from any number of threads. Movable, not copyable.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "reshard/base/status.h"
+#include "reshard/plan/checkpoint_plan.h"
+#include "reshard/plan/planned_file.h"
+#include "reshard/plan/source_files.h"
+#include "reshard/ucp/universal_checkpoint.h"
+#include "fs/target_flags.h"
+
+namespace reshard::fs {
+
+class ServedCheckpoint {
+ public:
+  static Result<ServedCheckpoint> Load(const std::string& source, const TargetFlags& flags);
+
+  const plan::Target& target() const { return target_; }
+  const ucp::UniversalCheckpoint& checkpoint() const { return *checkpoint_; }
+  // The tag string `latest` holds.
+  const std::string& tag() const { return target_.tag; }
+  const std::vector<plan::PlannedFile>& files() const { return *files_; }
+  const plan::SourceFiles& sources() const { return *sources_; }
+  // Shared ownership for consumers that outlive this object's scope (the FUSE contents).
+  std::shared_ptr<const std::vector<plan::PlannedFile>> shared_files() const { return files_; }
+  std::shared_ptr<const plan::SourceFiles> shared_sources() const { return sources_; }
+
+ private:
+  plan::Target target_;
+  std::shared_ptr<const ucp::UniversalCheckpoint> checkpoint_;
+  std::shared_ptr<const std::vector<plan::PlannedFile>> files_;
+  std::shared_ptr<const plan::SourceFiles> sources_;
+};
+
+}  // namespace reshard::fs
