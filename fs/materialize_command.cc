@@ -29,12 +29,13 @@ Status WriteWhole(int fd, const uint8_t* data, size_t n, const std::string& path
   return Status::Ok();
 }
 
-Status WriteFile(const std::string& path, const ServedCheckpoint& served, const plan::PlannedFile& file,
-                 uint8_t* buffer) {
+// Writes `size` bytes that `read(offset, out, length)` produces to a new file at `path`.
+template <typename Read>
+Status WriteFile(const std::string& path, uint64_t size, Read read, uint8_t* buffer) {
   UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
   if (!fd.valid()) return ErrnoError(path, errno);
-  for (uint64_t offset = 0; offset < file.size();) {
-    RS_ASSIGN_OR_RETURN(size_t n, file.Read(served.sources(), offset, buffer, kChunkBytes));
+  for (uint64_t offset = 0; offset < size;) {
+    RS_ASSIGN_OR_RETURN(size_t n, read(offset, buffer, kChunkBytes));
     RS_RETURN_IF_ERROR(WriteWhole(fd.get(), buffer, n, path));
     offset += n;
   }
@@ -51,13 +52,24 @@ Status RunMaterialize(const MaterializeOptions& options, std::ostream& out) {
   }
   RS_ASSIGN_OR_RETURN(ServedCheckpoint served, ServedCheckpoint::Load(options.source, options.target));
   const stdfs::path root(options.out_dir);
-  stdfs::create_directories(root / served.tag(), ec);
+  stdfs::create_directories(root / served.tag() / "safetensors", ec);
   if (ec) return IoError((root / served.tag()).string() + ": " + ec.message());
   auto buffer = std::make_unique<uint8_t[]>(kChunkBytes);
-  for (const plan::PlannedFile& file : served.files()) {
+  for (size_t i = 0; i < served.files().size(); ++i) {
+    const plan::PlannedFile& file = served.files()[i];
     const std::string path = (root / file.path()).string();
-    RS_RETURN_IF_ERROR(WriteFile(path, served, file, buffer.get()));
+    RS_RETURN_IF_ERROR(WriteFile(path, file.size(), [&](uint64_t offset, uint8_t* to, size_t n) {
+      return file.Read(served.sources(), offset, to, n);
+    }, buffer.get()));
     out << path << " " << file.size() << "\n";
+  }
+  for (size_t i = 0; i < served.views().size(); ++i) {
+    const plan::SafetensorsView& view = served.views()[i];
+    const std::string path = (root / served.view_paths()[i]).string();
+    RS_RETURN_IF_ERROR(WriteFile(path, view.size(), [&](uint64_t offset, uint8_t* to, size_t n) {
+      return view.Read(served.files()[i], served.sources(), offset, to, n);
+    }, buffer.get()));
+    out << path << " " << view.size() << "\n";
   }
   const std::string latest = (root / "latest").string();
   UniqueFd fd(::open(latest.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));

@@ -1,5 +1,6 @@
 // `reshardfs materialize SRC OUT_DIR [target flags]`: writes the target layout's checkpoint to
-// disk (OUT_DIR/latest and OUT_DIR/<tag>/...), byte for byte what `mount` serves. For users
+// disk (OUT_DIR/latest, OUT_DIR/<tag>/... and the safetensors views in OUT_DIR/<tag>/safetensors/),
+// byte for byte what `mount` serves (run-folder files, which mount passes through, are not copied). For users
 // without FUSE, and for tests that compare the served bytes with DeepSpeed's own files.
 #pragma once
 

@@ -43,6 +43,11 @@ Status RunMount(const MountOptions& options) {
     entries.push_back({served.files()[i].path(),
                        std::make_shared<const PlannedContent>(served.shared_files(), i, served.shared_sources())});
   }
+  for (size_t i = 0; i < served.views().size(); ++i) {
+    entries.push_back({served.view_paths()[i],
+                       std::make_shared<const SafetensorsContent>(served.shared_files(), served.shared_views(), i,
+                                                                  served.shared_sources())});
+  }
   RS_RETURN_IF_ERROR(AddRunFolderFiles(served, entries));
   RS_ASSIGN_OR_RETURN(Namespace ns, Namespace::Build(std::move(entries)));
   const plan::Target& t = served.target();

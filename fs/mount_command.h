@@ -3,6 +3,8 @@
 //
 //   MOUNTPOINT/latest                 the tag (no newline, as DeepSpeed writes it)
 //   MOUNTPOINT/<tag>/...              every target rank's model-states and optimizer-states file
+//   MOUNTPOINT/<tag>/safetensors/<name>.safetensors   each of those files' tensors as safetensors
+//                                     (plan/safetensors_view.h), for loaders other than torch.load
 //   MOUNTPOINT/<file>                 every other regular file beside the universal checkpoint in
 //                                     its run folder (trainer_state.json, scheduler.pt, configs),
 //                                     passed through read-only; `latest` and `latest_universal`

@@ -1,7 +1,8 @@
-// PlannedContent: a target file of the served checkpoint (a plan::PlannedFile) as a FUSE file.
-// Reads are the planned file's reads over the shared source files: arithmetic, pread and
-// memcpy, no lock. Immutable; thread-safe. Shares ownership of the planned files and sources so
-// it stays valid as long as the Namespace holding it.
+// PlannedContent and SafetensorsContent: a target file of the served checkpoint (a
+// plan::PlannedFile), and its safetensors view, as FUSE files. Reads are the planned file's reads
+// over the shared source files: arithmetic, pread and memcpy, no lock. Immutable; thread-safe.
+// They share ownership of the planned files and sources, so they stay valid as long as the
+// Namespace holding them.
 #pragma once
 
 #include <memory>
@@ -9,6 +10,7 @@
 
 #include "fs/file_content.h"
 #include "reshard/plan/planned_file.h"
+#include "reshard/plan/safetensors_view.h"
 #include "reshard/plan/source_files.h"
 
 namespace reshard::fs {
@@ -27,6 +29,27 @@ class PlannedContent final : public FileContent {
  private:
   std::shared_ptr<const std::vector<plan::PlannedFile>> files_;
   const plan::PlannedFile* file_;
+  std::shared_ptr<const plan::SourceFiles> sources_;
+};
+
+class SafetensorsContent final : public FileContent {
+ public:
+  SafetensorsContent(std::shared_ptr<const std::vector<plan::PlannedFile>> files,
+                     std::shared_ptr<const std::vector<plan::SafetensorsView>> views, size_t index,
+                     std::shared_ptr<const plan::SourceFiles> sources)
+      : files_(std::move(files)), views_(std::move(views)), file_(&(*files_)[index]), view_(&(*views_)[index]),
+        sources_(std::move(sources)) {}
+
+  uint64_t size() const override { return view_->size(); }
+  Result<size_t> Read(uint64_t offset, uint8_t* out, size_t length) const override {
+    return view_->Read(*file_, *sources_, offset, out, length);
+  }
+
+ private:
+  std::shared_ptr<const std::vector<plan::PlannedFile>> files_;
+  std::shared_ptr<const std::vector<plan::SafetensorsView>> views_;
+  const plan::PlannedFile* file_;
+  const plan::SafetensorsView* view_;
   std::shared_ptr<const plan::SourceFiles> sources_;
 };
 

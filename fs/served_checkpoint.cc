@@ -10,14 +10,20 @@ Result<ServedCheckpoint> ServedCheckpoint::Load(const std::string& source, const
   RS_ASSIGN_OR_RETURN(plan::CheckpointPlan plan, plan::PlanCheckpoint(ckpt, target));
   RS_ASSIGN_OR_RETURN(plan::SourceFiles sources, plan::SourceFiles::Open(plan.sources));
   auto files = std::make_shared<std::vector<plan::PlannedFile>>();
-  for (plan::FilePlan& f : plan.files) {
-    RS_ASSIGN_OR_RETURN(plan::PlannedFile file, plan::PlannedFile::Create(std::move(f), plan.sources));
-    files->push_back(std::move(file));
-  }
+  auto views = std::make_shared<std::vector<plan::SafetensorsView>>();
   ServedCheckpoint out;
+  for (const plan::FilePlan& f : plan.files) {
+    RS_ASSIGN_OR_RETURN(plan::PlannedFile file, plan::PlannedFile::Create(f, plan.sources));
+    RS_ASSIGN_OR_RETURN(plan::SafetensorsView view, plan::SafetensorsView::Create(f, file));
+    const std::string name = f.path.substr(f.path.rfind('/') + 1);
+    out.view_paths_.push_back(plan.target.tag + "/safetensors/" + name.substr(0, name.rfind(".pt")) + ".safetensors");
+    files->push_back(std::move(file));
+    views->push_back(std::move(view));
+  }
   out.target_ = plan.target;
   out.checkpoint_ = std::make_shared<const ucp::UniversalCheckpoint>(std::move(ckpt));
   out.files_ = std::move(files);
+  out.views_ = std::move(views);
   out.sources_ = std::make_shared<const plan::SourceFiles>(std::move(sources));
   return out;
 }

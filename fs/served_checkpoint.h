@@ -13,6 +13,7 @@
 #include "reshard/base/status.h"
 #include "reshard/plan/checkpoint_plan.h"
 #include "reshard/plan/planned_file.h"
+#include "reshard/plan/safetensors_view.h"
 #include "reshard/plan/source_files.h"
 #include "reshard/ucp/universal_checkpoint.h"
 #include "fs/target_flags.h"
@@ -28,15 +29,22 @@ class ServedCheckpoint {
   // The tag string `latest` holds.
   const std::string& tag() const { return target_.tag; }
   const std::vector<plan::PlannedFile>& files() const { return *files_; }
+  // views()[i] is files()[i] as safetensors, served at view_paths()[i]:
+  // "<tag>/safetensors/<file name without .pt>.safetensors".
+  const std::vector<plan::SafetensorsView>& views() const { return *views_; }
+  const std::vector<std::string>& view_paths() const { return view_paths_; }
   const plan::SourceFiles& sources() const { return *sources_; }
   // Shared ownership for consumers that outlive this object's scope (the FUSE contents).
   std::shared_ptr<const std::vector<plan::PlannedFile>> shared_files() const { return files_; }
+  std::shared_ptr<const std::vector<plan::SafetensorsView>> shared_views() const { return views_; }
   std::shared_ptr<const plan::SourceFiles> shared_sources() const { return sources_; }
 
  private:
   plan::Target target_;
   std::shared_ptr<const ucp::UniversalCheckpoint> checkpoint_;
   std::shared_ptr<const std::vector<plan::PlannedFile>> files_;
+  std::shared_ptr<const std::vector<plan::SafetensorsView>> views_;
+  std::vector<std::string> view_paths_;
   std::shared_ptr<const plan::SourceFiles> sources_;
 };
 

@@ -12,7 +12,6 @@ import errno
 import mmap
 import os
 import random
-import shutil
 import signal
 import stat
 import subprocess
@@ -23,17 +22,14 @@ from pathlib import Path
 
 import pytest
 
+from fuse_mount import EXIT_TIMEOUT_S, Server, requires_fuse, start_server, stop_server, unmount, wait_for
+
 SIZE = 3 * 2**20 + 12345  # not a multiple of pages, of FUSE requests or of the pattern's period
 FILES = 3
 PERIOD = 251
-MOUNT_TIMEOUT_S = 10
-EXIT_TIMEOUT_S = 10
 MODES = {"default": [], "single-threaded": ["--single-threaded"], "direct-io": ["--direct-io"]}
 
-pytestmark = pytest.mark.skipif(
-    not (os.access("/dev/fuse", os.R_OK | os.W_OK) and shutil.which("fusermount3")),
-    reason="needs a usable /dev/fuse and fusermount3",
-)
+pytestmark = requires_fuse
 
 
 def expected(offset: int, length: int) -> bytes:
@@ -41,22 +37,6 @@ def expected(offset: int, length: int) -> bytes:
     length = max(0, min(length, SIZE - offset))
     start = offset % PERIOD
     return (bytes(range(PERIOD)) * ((start + length) // PERIOD + 1))[start : start + length]
-
-
-def unmount(mountpoint: Path) -> None:
-    if os.path.ismount(mountpoint):
-        subprocess.run(["fusermount3", "-u", mountpoint], capture_output=True, check=False)
-    if os.path.ismount(mountpoint):
-        subprocess.run(["fusermount3", "-u", "-z", mountpoint], capture_output=True, check=False)
-
-
-def wait_for(condition: Callable[[], bool], timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def servers_of(mountpoint: Path) -> list[int]:
@@ -70,22 +50,6 @@ def servers_of(mountpoint: Path) -> list[int]:
         if argv and argv[0].endswith(b"reshardfs") and os.fsencode(mountpoint) in argv:
             pids.append(int(entry.name))
     return pids
-
-
-class Server:
-    """One `reshardfs serve-null ... -f` process, mounted."""
-
-    def __init__(self, process: subprocess.Popen, mountpoint: Path, stderr_path: Path, mode: str) -> None:
-        self.process = process
-        self.mountpoint = mountpoint
-        self.stderr_path = stderr_path
-        self.mode = mode  # a key of MODES
-
-    def stderr(self) -> str:
-        return self.stderr_path.read_text(errors="replace")
-
-    def wait(self) -> int:
-        return self.process.wait(timeout=EXIT_TIMEOUT_S)
 
 
 @pytest.fixture
@@ -103,26 +67,14 @@ def serve(reshardfs: Path, mountpoint: Path, tmp_path: Path) -> Iterator[Callabl
     servers: list[Server] = []
 
     def start(mode: str = "default") -> Server:
-        stderr_path = tmp_path / f"server{len(servers)}.stderr"
-        with stderr_path.open("wb") as stderr:
-            argv = [reshardfs, "serve-null", mountpoint, "--size", str(SIZE), "--files", str(FILES), "-f", *MODES[mode]]
-            process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr)
-        server = Server(process, mountpoint, stderr_path, mode)
+        argv = [reshardfs, "serve-null", mountpoint, "--size", str(SIZE), "--files", str(FILES), "-f", *MODES[mode]]
+        server = start_server(argv, mountpoint, tmp_path / f"server{len(servers)}.stderr", mode)
         servers.append(server)
-        if not wait_for(lambda: os.path.ismount(mountpoint) or process.poll() is not None, MOUNT_TIMEOUT_S):
-            pytest.fail(f"not mounted after {MOUNT_TIMEOUT_S} s: {server.stderr()}")
-        if process.poll() is not None:
-            pytest.fail(f"server exited with {process.returncode} before mounting: {server.stderr()}")
         return server
 
     yield start
-    unmount(mountpoint)
     for server in servers:
-        try:
-            server.wait()
-        except subprocess.TimeoutExpired:
-            server.process.kill()
-            server.process.wait()
+        stop_server(server)
 
 
 @pytest.fixture(params=list(MODES))

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from checkpoint_compare import assert_same_files
+from checkpoint_compare import assert_same_files, tensor_bits
 from ds_reference import EXAMPLES
 
 sys.path.insert(0, str(EXAMPLES))
@@ -119,7 +119,7 @@ def test_plan_reports_sizes_and_amplification(reshardfs: Path, run_tool, tmp_pat
     doc = json.loads(result.stdout)
     assert doc["target"] == {"tp": 1, "dp": 4, "zero_stage": 1, "lp_dtype": "bfloat16", "tag": TAG}
     sizes = {f["path"]: f["size"] for f in doc["files"]}
-    assert sizes == {f"{TAG}/{p.name}": p.stat().st_size for p in served.iterdir()}
+    assert sizes == {f"{TAG}/{p.name}": p.stat().st_size for p in served.glob("*.pt")}
     assert [(r["tp_rank"], r["dp_rank"]) for r in doc["ranks"]] == [(0, d) for d in range(4)]
     for r in doc["ranks"]:
         # Every rank reads each source byte it needs once; only the bf16 module weights, derived from
@@ -166,3 +166,39 @@ def test_materialize_refuses_a_non_empty_folder(reshardfs: Path, run_tool, tmp_p
     result = run_tool(reshardfs, "materialize", UCP, tmp_path)
     assert result.returncode == 1 and "exists and is not an empty folder" in result.stderr, result
     assert [p.name for p in tmp_path.iterdir()] == ["keep.txt"]
+
+
+def flatten_tensors(value, name: str = "") -> dict[str, torch.Tensor]:
+    """The tensors of a loaded file by dotted path through dicts and lists (the safetensors view's names)."""
+    if isinstance(value, torch.Tensor):
+        return {name: value}
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, (list, tuple)) else []
+    out: dict[str, torch.Tensor] = {}
+    for key, child in items:
+        if isinstance(key, (str, int)) and not isinstance(key, bool):
+            out.update(flatten_tensors(child, f"{name}.{key}" if name else str(key)))
+    return out
+
+
+@pytest.mark.parametrize("flags", [[], ["--dp", "4", "--lp-dtype", "bf16"], ["--dp", "3", "--zero-stage", "3"]],
+                         ids=["zero1_dp2_same_layout", "zero1_dp4_bf16", "zero3_dp3"])
+def test_safetensors_views_hold_the_same_tensors(flags: list[str], reshardfs: Path, run_tool, tmp_path: Path) -> None:
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    served = materialize(reshardfs, run_tool, UCP, tmp_path / "served", *flags)
+    pt_files = sorted(served.glob("*.pt"))
+    views = sorted((served / "safetensors").iterdir())
+    assert [v.name for v in views] == [p.stem + ".safetensors" for p in pt_files]
+    for pt, view in zip(pt_files, views):
+        expected = flatten_tensors(torch.load(pt, weights_only=False))
+        loaded = load_file(view)
+        assert sorted(loaded) == sorted(expected), view.name
+        for name, tensor in expected.items():
+            got = loaded[name]
+            assert got.dtype == tensor.dtype and got.shape == tensor.shape, name
+            assert torch.equal(tensor_bits(got), tensor_bits(tensor)), f"{view.name}: {name}"
+        with safe_open(view, framework="pt") as f:
+            assert f.metadata() == {"format": "pt"}
+            name = next(iter(expected))
+            assert torch.equal(tensor_bits(f.get_tensor(name)), tensor_bits(expected[name]))

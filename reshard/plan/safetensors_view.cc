@@ -1,0 +1,86 @@
+#include "reshard/plan/safetensors_view.h"
+
+#include <map>
+#include <set>
+#include <utility>
+
+#include "reshard/format/pickle_query.h"
+#include "reshard/format/safetensors_writer.h"
+#include "reshard/format/torch_tensor.h"
+
+namespace reshard::plan {
+namespace {
+
+using format::NodeId;
+
+// Deep enough for every DeepSpeed file (the optimizer state nests 5 levels); bounds recursion.
+constexpr int kMaxNameDepth = 64;
+
+struct Found {
+  std::string name;
+  format::TensorRef tensor;
+};
+
+Status Collect(const format::PickleTree& tree, NodeId id, const std::string& name, int depth,
+               std::set<NodeId>& open, std::vector<Found>& out) {
+  if (depth > kMaxNameDepth || open.count(id) != 0) return Status::Ok();  // too deep, or a cycle
+  RS_ASSIGN_OR_RETURN(std::optional<format::TensorRef> tensor, format::MatchTensor(tree, id));
+  if (tensor) {
+    if (!name.empty() && tensor->is_contiguous()) out.push_back({name, std::move(*tensor)});
+    return Status::Ok();
+  }
+  auto child = [&](const std::string& key) { return name.empty() ? key : name + "." + key; };
+  open.insert(id);
+  if (const std::vector<NodeId>* items = format::DictItems(tree, id)) {
+    for (size_t i = 0; i + 1 < items->size(); i += 2) {
+      std::string key;
+      if (auto s = format::AsStr(tree, (*items)[i])) {
+        key = std::string(*s);
+      } else if (auto n = format::AsInt(tree, (*items)[i])) {
+        key = std::to_string(*n);
+      } else {
+        continue;
+      }
+      RS_RETURN_IF_ERROR(Collect(tree, (*items)[i + 1], child(key), depth + 1, open, out));
+    }
+  } else if (const std::vector<NodeId>* seq = format::SequenceItems(tree, id)) {
+    for (size_t i = 0; i < seq->size(); ++i) {
+      RS_RETURN_IF_ERROR(Collect(tree, (*seq)[i], child(std::to_string(i)), depth + 1, open, out));
+    }
+  }
+  open.erase(id);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<SafetensorsView> SafetensorsView::Create(const FilePlan& plan, const PlannedFile& file) {
+  std::vector<Found> found;
+  std::set<NodeId> open;
+  RS_RETURN_IF_ERROR(Collect(plan.tree, plan.tree.root(), "", 0, open, found));
+  std::map<std::string, uint32_t> storage_index;
+  for (size_t i = 0; i < file.storages().size(); ++i) storage_index[file.storages()[i].key] = static_cast<uint32_t>(i);
+  SafetensorsView view;
+  std::vector<format::SafetensorsTensor> tensors;
+  for (const Found& f : found) {
+    const auto it = storage_index.find(f.tensor.storage.key);
+    if (it == storage_index.end()) return Internal(plan.path + ": tensor '" + f.name + "' names an unplanned storage");
+    tensors.push_back({f.name, f.tensor.dtype, f.tensor.shape});
+    view.pieces_.push_back({it->second, static_cast<uint64_t>(f.tensor.storage_offset) * format::ItemSize(f.tensor.dtype)});
+    view.names_.push_back(f.name);
+  }
+  RS_ASSIGN_OR_RETURN(format::SafetensorsLayout layout, format::LayoutSafetensors(tensors));
+  view.file_ = std::move(layout.file);
+  return view;
+}
+
+Result<size_t> SafetensorsView::Read(const PlannedFile& file, const SourceFiles& files, uint64_t offset, uint8_t* out,
+                                     size_t length) const {
+  auto fill = [&](uint32_t tensor, uint64_t tensor_offset, uint8_t* dest, size_t n) -> Status {
+    const Piece& p = pieces_[tensor];
+    return file.ReadStorage(files, p.storage, p.byte_offset + tensor_offset, dest, n);
+  };
+  return file_.Read(offset, out, length, fill);
+}
+
+}  // namespace reshard::plan

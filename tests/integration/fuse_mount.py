@@ -1,0 +1,82 @@
+"""Starting and stopping reshardfs FUSE servers in tests: one implementation for every test that mounts.
+
+A server runs in the foreground (`-f`) as a child process with its output in a file; start_server waits
+until the mountpoint is mounted (or the process died) and stop_server unmounts (fusermount3 -u, then -u -z)
+and reaps it, so a failing test leaves no mount or process behind.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+
+MOUNT_TIMEOUT_S = 30  # planning a checkpoint happens before the mount
+EXIT_TIMEOUT_S = 10
+
+requires_fuse = pytest.mark.skipif(
+    not (os.access("/dev/fuse", os.R_OK | os.W_OK) and shutil.which("fusermount3")),
+    reason="needs a usable /dev/fuse and fusermount3",
+)
+
+
+def unmount(mountpoint: Path) -> None:
+    if os.path.ismount(mountpoint):
+        subprocess.run(["fusermount3", "-u", mountpoint], capture_output=True, check=False)
+    if os.path.ismount(mountpoint):
+        subprocess.run(["fusermount3", "-u", "-z", mountpoint], capture_output=True, check=False)
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+class Server:
+    """One `reshardfs <subcommand> ... MOUNTPOINT -f` process."""
+
+    def __init__(self, process: subprocess.Popen, mountpoint: Path, log_path: Path, mode: str = "default") -> None:
+        self.process = process
+        self.mountpoint = mountpoint
+        self.log_path = log_path
+        self.mode = mode
+
+    def stderr(self) -> str:
+        """Everything the server printed (stdout and stderr)."""
+        return self.log_path.read_text(errors="replace")
+
+    def wait(self) -> int:
+        return self.process.wait(timeout=EXIT_TIMEOUT_S)
+
+
+def start_server(argv: Sequence[object], mountpoint: Path, log_path: Path, mode: str = "default") -> Server:
+    """Runs `argv` (a reshardfs command serving `mountpoint` in the foreground) and waits for the mount;
+    fails the test with the server's output when it exits or does not mount in time."""
+    with log_path.open("wb") as log:
+        process = subprocess.Popen([str(a) for a in argv], stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+    server = Server(process, mountpoint, log_path, mode)
+    if not wait_for(lambda: os.path.ismount(mountpoint) or process.poll() is not None, MOUNT_TIMEOUT_S):
+        stop_server(server)
+        pytest.fail(f"not mounted after {MOUNT_TIMEOUT_S} s: {server.stderr()}")
+    if process.poll() is not None:
+        pytest.fail(f"server exited with {process.returncode} before mounting: {server.stderr()}")
+    return server
+
+
+def stop_server(server: Server) -> int:
+    """Unmounts and reaps the server; returns its exit status (killed if it does not exit)."""
+    unmount(server.mountpoint)
+    try:
+        return server.wait()
+    except subprocess.TimeoutExpired:
+        server.process.kill()
+        return server.process.wait()
