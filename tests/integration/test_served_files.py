@@ -19,6 +19,7 @@ DeepSpeed can produce a reference: ZeRO-1 -> ZeRO-2 here; ZeRO-3 targets from th
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -202,3 +203,52 @@ def test_safetensors_views_hold_the_same_tensors(flags: list[str], reshardfs: Pa
             assert f.metadata() == {"format": "pt"}
             name = next(iter(expected))
             assert torch.equal(tensor_bits(f.get_tensor(name)), tensor_bits(expected[name]))
+
+
+def ucp_with_column_parallel_fc1(tmp_path: Path) -> Path:
+    """A copy of the tiny universal checkpoint with fc2.weight (32 x 32) row-parallel (cat_dim 1). The
+    converter itself recorded cat_dim 0 (column-parallel) for every other parameter of this model, which
+    has no universal_checkpoint_info to mark any parameter replicated."""
+    ucp = tmp_path / "ucp"
+    shutil.copytree(UCP, ucp)
+    for name, cat_dim in (("fc1.weight", 0), ("fc2.weight", 1)):
+        for state in ("fp32", "exp_avg", "exp_avg_sq"):
+            path = next(ucp.glob(f"*/zero/{name}/{state}.pt"))
+            saved = torch.load(path, weights_only=False)
+            saved["cat_dim"] = cat_dim
+            torch.save(saved, path)
+    return ucp
+
+
+def test_tp_slices_of_column_and_row_parallel_params(reshardfs: Path, run_tool, tmp_path: Path) -> None:
+    """TP 2, DP 2: each TP rank's module holds its slice of fc1 and head (rows) and fc2 (columns),
+    computed here independently from the universal fp32 tensors."""
+    ucp = ucp_with_column_parallel_fc1(tmp_path)
+    served = materialize(reshardfs, run_tool, ucp, tmp_path / "served", "--tp", "2", "--dp", "2")
+    full = {name: torch.load(next(ucp.glob(f"*/zero/{name}/fp32.pt")), weights_only=False)["param"]
+            for name in ("fc1.weight", "fc2.weight", "head.weight")}
+    for t in range(2):
+        model = torch.load(served / f"mp_rank_{t:02d}_model_states.pt", weights_only=False)
+        assert model["mp_world_size"] == 2 and model["dp_world_size"] == 2
+        module = model["module"]
+        assert torch.equal(module["fc1.weight"], full["fc1.weight"][16 * t : 16 * (t + 1)])
+        assert torch.equal(module["fc2.weight"], full["fc2.weight"][:, 16 * t : 16 * (t + 1)])
+        assert torch.equal(module["head.weight"], full["head.weight"][32 * t : 32 * (t + 1)])
+        assert model["param_shapes"][0]["fc1.weight"] == torch.Size([16, 32])
+        assert model["param_shapes"][0]["fc2.weight"] == torch.Size([32, 16])
+        # The rank's flat fp32 partitions concatenated over DP are its TP-local group in flat order.
+        for g, shapes in enumerate(model["param_shapes"]):
+            flat = torch.cat([torch.load(served / f"zero_pp_rank_{d}_mp_rank_{t:02d}_optim_states.pt",
+                                         weights_only=False)["optimizer_state_dict"]["single_partition_of_fp32_groups"][g]
+                              for d in range(2)])
+            expected = torch.cat([module[name].reshape(-1) for name in shapes])
+            assert torch.equal(flat[: expected.numel()], expected), (t, g)
+
+
+def test_a_tp_split_that_does_not_divide_is_refused(reshardfs: Path, run_tool, tmp_path: Path) -> None:
+    ucp = ucp_with_column_parallel_fc1(tmp_path)
+    result = run_tool(reshardfs, "materialize", ucp, tmp_path / "out", "--tp", "3")
+    assert result.returncode == 1, result
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "parameter 'fc1.weight'" in lines[0] and "does not divide" in lines[0], result
+    assert not (tmp_path / "out").exists()
