@@ -120,7 +120,7 @@ std::string FileBuilder::NewStorage(StoragePlan storage) {
 }
 
 Result<NodeId> FileBuilder::AddTensor(format::DType dtype, const std::vector<int64_t>& shape, ExtentList extents,
-                                      Conversion conversion) {
+                                      Conversion conversion, bool requires_grad) {
   uint64_t numel = 1;
   for (int64_t d : shape) numel *= static_cast<uint64_t>(d);
   if (NumElements(extents) != numel) {
@@ -142,6 +142,7 @@ Result<NodeId> FileBuilder::AddTensor(format::DType dtype, const std::vector<int
   t.storage.dtype = dtype;
   t.storage.nbytes = numel * format::ItemSize(dtype);
   t.dtype = dtype;
+  t.requires_grad = requires_grad;
   t.shape = shape;
   t.stride.assign(shape.size(), 1);
   for (size_t i = shape.size(); i-- > 1;) t.stride[i - 1] = t.stride[i] * shape[i];

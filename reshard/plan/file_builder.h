@@ -47,10 +47,11 @@ class FileBuilder {
   void Substitute(const format::TorchArchive& source, format::NodeId id, format::NodeId copy);
 
   // Adds a contiguous tensor of `shape` and `dtype` whose elements are `extents` (source
-  // elements, converted per `conversion`). Errors: kInternal when the extents do not hold
-  // exactly prod(shape) elements, or the conversion does not produce `dtype`.
+  // elements, converted per `conversion`); `requires_grad` is pickled as given (DeepSpeed's fp32
+  // partitions are optimizer params and carry True). Errors: kInternal when the extents do not
+  // hold exactly prod(shape) elements, or the conversion does not produce `dtype`.
   Result<format::NodeId> AddTensor(format::DType dtype, const std::vector<int64_t>& shape,
-                                   ExtentList extents, Conversion conversion);
+                                   ExtentList extents, Conversion conversion, bool requires_grad = false);
 
   // The finished plan (keys renumbered in pickling order). The builder is spent afterwards.
   Result<FilePlan> Finish() &&;

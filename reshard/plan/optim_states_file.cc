@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "reshard/format/pickle_query.h"
+#include "reshard/format/torch_tensor.h"
 #include "reshard/plan/file_builder.h"
 #include "reshard/plan/optimizer_groups.h"
 #include "reshard/plan/python_values.h"
@@ -86,16 +87,32 @@ Result<NodeId> Step(FileBuilder& b, const ucp::UniversalCheckpoint& ckpt, const 
     for (size_t i = 0; i + 1 < items->size(); i += 2) {
       if (format::AsInt(t, (*items)[i]) != sub) continue;
       const NodeId step = format::DictLookup(t, (*items)[i + 1], "step");
-      if (step != format::kNoNode) return b.Import(optim, step);
+      if (step == format::kNoNode) continue;
+      RS_ASSIGN_OR_RETURN(std::optional<format::TensorRef> tensor, format::MatchTensor(t, step));
+      if (!tensor) return b.Import(optim, step);  // an int step
+      // A new tensor per state: a source that shares one step tensor between sub-groups must not
+      // make the resumed optimizer share it too (torch would then count every step once per
+      // sub-group). DeepSpeed's own re-save after a universal load has one per state as well.
+      const format::ArchiveStorage& record = optim.storages().at(tensor->storage.key);
+      const uint32_t source = b.sources().Intern(
+          Source{optim.path(), record.data_offset + static_cast<uint64_t>(tensor->storage_offset) *
+                                                        format::ItemSize(tensor->dtype),
+                 tensor->dtype, 1});
+      if (tensor->numel() != 1) return Corrupt(optim.path() + ": a step tensor with " + std::to_string(tensor->numel()) + " elements");
+      ExtentList extents;
+      AppendExtents(extents, source, {view::Gather::Source(0, 1)});
+      return b.AddTensor(tensor->dtype, tensor->shape, std::move(extents), Conversion::kCopy);
     }
   }
   return NotFound(first.dir + ": no step.pt, and " + optim.path() + " holds no step for param group " +
                   std::to_string(g));
 }
 
-Result<NodeId> PlannedTensor(FileBuilder& b, const ExtentList& extents) {
+// A flat fp32 tensor: an Adam state partition, or (requires_grad) an fp32 master partition,
+// which DeepSpeed pickles with requires_grad=True because it is the optimizer's parameter.
+Result<NodeId> PlannedTensor(FileBuilder& b, const ExtentList& extents, bool requires_grad = false) {
   return b.AddTensor(format::DType::kFloat32, {static_cast<int64_t>(NumElements(extents))}, extents,
-                     Conversion::kCopy);
+                     Conversion::kCopy, requires_grad);
 }
 
 Status CheckStatesServed(const std::vector<const ucp::ParamEntry*>& params) {
@@ -179,7 +196,7 @@ Result<FilePlan> PlanZero12OptimFile(const ucp::UniversalCheckpoint& ckpt, const
     const layout::Zero12Partition& layout = groups[g].layout;
     RS_ASSIGN_OR_RETURN(ExtentList lean, SliceExtents(groups[g].states.at("fp32"), 0,
                                                       layout.partition_numel - layout.group_padding));
-    RS_ASSIGN_OR_RETURN(NodeId tensor, PlannedTensor(b, lean));
+    RS_ASSIGN_OR_RETURN(NodeId tensor, PlannedTensor(b, lean, /*requires_grad=*/true));
     fp32.push_back(tensor);
     paddings.push_back(t.AddInt(static_cast<int64_t>(layout.group_padding)));
     std::vector<int64_t> gaps(layout.param_alignment_gaps.begin(), layout.param_alignment_gaps.end());
@@ -240,7 +257,7 @@ Result<FilePlan> PlanZero3OptimFile(const ucp::UniversalCheckpoint& ckpt, const 
   }
   std::vector<NodeId> fp32;
   for (const RankSubGroup& sub : subs) {
-    RS_ASSIGN_OR_RETURN(NodeId tensor, PlannedTensor(b, sub.states.at("fp32")));
+    RS_ASSIGN_OR_RETURN(NodeId tensor, PlannedTensor(b, sub.states.at("fp32"), /*requires_grad=*/true));
     fp32.push_back(tensor);
   }
   payload.emplace_back("optimizer_state_dict",
