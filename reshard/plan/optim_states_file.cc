@@ -115,6 +115,33 @@ Result<NodeId> PlannedTensor(FileBuilder& b, const ExtentList& extents, bool req
                      Conversion::kCopy, requires_grad);
 }
 
+// loss_scaler, dynamic_loss_scale and overflow, as both ZeRO wrappers save them.
+Status AddLossScaling(FileBuilder& b, const ucp::UniversalCheckpoint& ckpt,
+                      std::vector<std::pair<std::string, NodeId>>& payload) {
+  format::PickleTree& t = b.tree();
+  RS_ASSIGN_OR_RETURN(NodeId loss_scaler, LossScaler(b, ckpt));
+  payload.emplace_back("loss_scaler", loss_scaler);
+  RS_ASSIGN_OR_RETURN(NodeId dynamic, OptimValueOr(b, ckpt, "dynamic_loss_scale", [&] { return t.AddBool(false); }));
+  payload.emplace_back("dynamic_loss_scale", dynamic);
+  RS_ASSIGN_OR_RETURN(NodeId overflow, OptimValueOr(b, ckpt, "overflow", [&] { return t.AddBool(false); }));
+  payload.emplace_back("overflow", overflow);
+  return Status::Ok();
+}
+
+// One torch Adam/AdamW state entry {'step', 'exp_avg', 'exp_avg_sq'} of a flat group or
+// sub-group whose first parameter is `first` and whose param group is `g`.
+Result<NodeId> AdamState(FileBuilder& b, const ucp::UniversalCheckpoint& ckpt, const ucp::ParamEntry& first, size_t g,
+                         const std::map<std::string, ExtentList>& states) {
+  std::vector<std::pair<std::string, NodeId>> entries;
+  RS_ASSIGN_OR_RETURN(NodeId step, Step(b, ckpt, first, g));
+  entries.emplace_back("step", step);
+  for (const char* key : kMomentStates) {
+    RS_ASSIGN_OR_RETURN(NodeId tensor, PlannedTensor(b, states.at(key)));
+    entries.emplace_back(key, tensor);
+  }
+  return AddStrDict(b.tree(), entries);
+}
+
 Status CheckStatesServed(const std::vector<const ucp::ParamEntry*>& params) {
   for (const ucp::ParamEntry* p : params) {
     for (const auto& [key, tensor] : p->states) {
@@ -167,12 +194,7 @@ Result<FilePlan> PlanZero12OptimFile(const ucp::UniversalCheckpoint& ckpt, const
   FileBuilder b(target.tag + "/" + OptimStatesFileName(target, tp_rank, dp_rank), sources);
   format::PickleTree& t = b.tree();
   std::vector<std::pair<std::string, NodeId>> payload;
-  RS_ASSIGN_OR_RETURN(NodeId loss_scaler, LossScaler(b, ckpt));
-  payload.emplace_back("loss_scaler", loss_scaler);
-  RS_ASSIGN_OR_RETURN(NodeId dynamic, OptimValueOr(b, ckpt, "dynamic_loss_scale", [&] { return t.AddBool(false); }));
-  payload.emplace_back("dynamic_loss_scale", dynamic);
-  RS_ASSIGN_OR_RETURN(NodeId overflow, OptimValueOr(b, ckpt, "overflow", [&] { return t.AddBool(false); }));
-  payload.emplace_back("overflow", overflow);
+  RS_RETURN_IF_ERROR(AddLossScaling(b, ckpt, payload));
   RS_ASSIGN_OR_RETURN(NodeId clip, OptimValueOr(b, ckpt, "clip_grad", [&] { return t.AddFloat(0.0); }));
   payload.emplace_back("clip_grad", clip);
 
@@ -181,14 +203,8 @@ Result<FilePlan> PlanZero12OptimFile(const ucp::UniversalCheckpoint& ckpt, const
   for (size_t g = 0; g < groups.size(); ++g) {
     const RankGroupPartition& part = groups[g];
     RS_RETURN_IF_ERROR(CheckStatesServed(params[g]));
-    std::vector<std::pair<std::string, NodeId>> entries;
-    RS_ASSIGN_OR_RETURN(NodeId step, Step(b, ckpt, *params[g].front(), g));
-    entries.emplace_back("step", step);
-    for (const char* key : kMomentStates) {
-      RS_ASSIGN_OR_RETURN(NodeId tensor, PlannedTensor(b, part.states.at(key)));
-      entries.emplace_back(key, tensor);
-    }
-    state.emplace_back(t.AddInt(static_cast<int64_t>(g)), AddStrDict(t, entries));
+    RS_ASSIGN_OR_RETURN(NodeId entry, AdamState(b, ckpt, *params[g].front(), g, part.states));
+    state.emplace_back(t.AddInt(static_cast<int64_t>(g)), entry);
     RS_ASSIGN_OR_RETURN(NodeId h, HyperParams(b, ckpt, g, {static_cast<int64_t>(g)}));
     hyper.push_back(h);
   }
@@ -227,12 +243,7 @@ Result<FilePlan> PlanZero3OptimFile(const ucp::UniversalCheckpoint& ckpt, const 
   format::PickleTree& t = b.tree();
   std::vector<std::pair<std::string, NodeId>> payload;
   payload.emplace_back("zero_stage", AddZeroStageEnum(t, 3));
-  RS_ASSIGN_OR_RETURN(NodeId loss_scaler, LossScaler(b, ckpt));
-  payload.emplace_back("loss_scaler", loss_scaler);
-  RS_ASSIGN_OR_RETURN(NodeId dynamic, OptimValueOr(b, ckpt, "dynamic_loss_scale", [&] { return t.AddBool(false); }));
-  payload.emplace_back("dynamic_loss_scale", dynamic);
-  RS_ASSIGN_OR_RETURN(NodeId overflow, OptimValueOr(b, ckpt, "overflow", [&] { return t.AddBool(false); }));
-  payload.emplace_back("overflow", overflow);
+  RS_RETURN_IF_ERROR(AddLossScaling(b, ckpt, payload));
   payload.emplace_back("partition_count", t.AddInt(target.dp_size));
 
   std::vector<std::pair<NodeId, NodeId>> state;
@@ -241,14 +252,8 @@ Result<FilePlan> PlanZero3OptimFile(const ucp::UniversalCheckpoint& ckpt, const 
     const RankSubGroup& sub = subs[s];
     RS_RETURN_IF_ERROR(CheckStatesServed(params[sub.param_group]));
     group_subs[sub.param_group].push_back(static_cast<int64_t>(s));
-    std::vector<std::pair<std::string, NodeId>> entries;
-    RS_ASSIGN_OR_RETURN(NodeId step, Step(b, ckpt, *params[sub.param_group].front(), sub.param_group));
-    entries.emplace_back("step", step);
-    for (const char* key : kMomentStates) {
-      RS_ASSIGN_OR_RETURN(NodeId tensor, PlannedTensor(b, sub.states.at(key)));
-      entries.emplace_back(key, tensor);
-    }
-    state.emplace_back(t.AddInt(static_cast<int64_t>(s)), AddStrDict(t, entries));
+    RS_ASSIGN_OR_RETURN(NodeId entry, AdamState(b, ckpt, *params[sub.param_group].front(), sub.param_group, sub.states));
+    state.emplace_back(t.AddInt(static_cast<int64_t>(s)), entry);
   }
   std::vector<NodeId> hyper;
   for (size_t g = 0; g < params.size(); ++g) {

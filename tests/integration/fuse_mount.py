@@ -8,8 +8,10 @@ and reaps it, so a failing test leaves no mount or process behind.
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -80,3 +82,34 @@ def stop_server(server: Server) -> int:
     except subprocess.TimeoutExpired:
         server.process.kill()
         return server.process.wait()
+
+
+def concurrent_read_mismatches(expected: dict[Path, bytes], threads: int = 8, reads: int = 100,
+                               max_length: int | None = None) -> list[str]:
+    """`threads` readers each pread `reads` random ranges of random files of `expected` (path -> the bytes
+    a sequential read gave) at once; returns one line per range that differed or read that failed."""
+    paths = sorted(expected)
+    failures: list[str] = []
+
+    def reader(seed: int) -> None:
+        rng = random.Random(seed)
+        fds = {p: os.open(p, os.O_RDONLY) for p in paths}
+        try:
+            for _ in range(reads):
+                path = rng.choice(paths)
+                size = len(expected[path])
+                offset, length = rng.randrange(max(size, 1)), rng.randrange(1, (max_length or size) + 1)
+                if os.pread(fds[path], length, offset) != expected[path][offset : offset + length]:
+                    failures.append(f"thread {seed}: {path.name} range ({offset}, {length}) differs")
+        except OSError as error:
+            failures.append(f"thread {seed}: {error}")
+        finally:
+            for fd in fds.values():
+                os.close(fd)
+
+    workers = [threading.Thread(target=reader, args=(seed,)) for seed in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return failures

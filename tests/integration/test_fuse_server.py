@@ -14,15 +14,12 @@ import os
 import random
 import signal
 import stat
-import subprocess
-import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from fuse_mount import EXIT_TIMEOUT_S, Server, requires_fuse, start_server, stop_server, unmount, wait_for
+from fuse_mount import EXIT_TIMEOUT_S, Server, concurrent_read_mismatches, requires_fuse, start_server, stop_server, unmount, wait_for
 
 SIZE = 3 * 2**20 + 12345  # not a multiple of pages, of FUSE requests or of the pattern's period
 FILES = 3
@@ -123,27 +120,7 @@ def test_concurrent_reads_equal_a_sequential_read(served: Server) -> None:
     path = served.mountpoint / "null_2"
     sequential = path.read_bytes()
     assert sequential == expected(0, SIZE)
-    failures: list[str] = []
-
-    def reader(seed: int) -> None:
-        rng = random.Random(seed)
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            for _ in range(100):
-                offset, length = rng.randrange(SIZE), rng.randrange(1, 2**20 + 4096)
-                if os.pread(fd, length, offset) != sequential[offset : offset + length]:
-                    failures.append(f"thread {seed}: range ({offset}, {length}) differs")
-        except OSError as error:
-            failures.append(f"thread {seed}: {error}")
-        finally:
-            os.close(fd)
-
-    threads = [threading.Thread(target=reader, args=(seed,)) for seed in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert failures == []
+    assert concurrent_read_mismatches({path: sequential}, max_length=2**20 + 4096) == []
 
 
 def test_mmap(served: Server) -> None:

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import errno
 import os
-import random
 import shutil
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -18,7 +16,7 @@ import pytest
 
 from checkpoint_compare import assert_same_files
 from ds_reference import EXAMPLES
-from fuse_mount import Server, requires_fuse, start_server, stop_server
+from fuse_mount import Server, concurrent_read_mismatches, requires_fuse, start_server, stop_server
 
 pytestmark = requires_fuse
 
@@ -85,30 +83,7 @@ def test_concurrent_random_reads_equal_sequential_reads(mount) -> None:
     server = mount(UCP, "--dp", "4", "--lp-dtype", "bf16")
     files = sorted(p for p in server.mountpoint.rglob("*.pt"))
     sequential = {p: p.read_bytes() for p in files}
-    failures: list[str] = []
-
-    def reader(seed: int) -> None:
-        rng = random.Random(seed)
-        fds = {p: os.open(p, os.O_RDONLY) for p in files}
-        try:
-            for _ in range(300):
-                path = rng.choice(files)
-                size = len(sequential[path])
-                offset, length = rng.randrange(size), rng.randrange(1, size + 1)
-                if os.pread(fds[path], length, offset) != sequential[path][offset : offset + length]:
-                    failures.append(f"thread {seed}: {path.name} ({offset}, {length}) differs")
-        except OSError as error:
-            failures.append(f"thread {seed}: {error}")
-        finally:
-            for fd in fds.values():
-                os.close(fd)
-
-    threads = [threading.Thread(target=reader, args=(seed,)) for seed in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert failures == []
+    assert concurrent_read_mismatches(sequential, reads=300) == []
 
 
 def copy_ucp(tmp_path: Path) -> Path:
