@@ -18,19 +18,36 @@ void AddTargetFlags(CLI::App* command, TargetFlags& flags) {
   command->add_option("--lp-dtype", flags.lp_dtype, "Module weight dtype: fp32, bf16 or fp16 (default: the ds_config's)")
       ->check(CLI::IsMember({"fp32", "float32", "bf16", "bfloat16", "fp16", "float16", "half"}));
   command->add_option("--ds-config", flags.ds_config, "The resuming run's DeepSpeed config (JSON)");
+  command->add_option("--model-config", flags.model_config,
+                      "The model's Hugging Face config.json (KV heads, for AutoTP shard sizes)");
   command->add_option("--padded-vocab", flags.padded_vocab, "Target vocab rows summed over TP ranks (vocab-padded tensors)")
       ->check(CLI::PositiveNumber);
   command->add_option("--tag", flags.tag, "Checkpoint tag to serve (default: the universal tag without _universal)");
 }
 
+namespace {
+
+// A JSON object from `path`; null when `path` is empty. `what` names the file in messages.
+Result<nlohmann::ordered_json> ReadJsonObject(const std::string& path, const char* what) {
+  if (path.empty()) return nlohmann::ordered_json();
+  std::ifstream in(path);
+  if (!in) return NotFound(path + ": cannot open the " + what);
+  auto config = nlohmann::ordered_json::parse(in, nullptr, /*allow_exceptions=*/false, /*ignore_comments=*/true);
+  if (config.is_discarded()) return InvalidArgument(path + ": not valid JSON");
+  if (!config.is_object()) return InvalidArgument(path + ": a " + what + " must be a JSON object");
+  return config;
+}
+
+}  // namespace
+
 Result<plan::Target> ResolveTargetFlags(const ucp::UniversalCheckpoint& ckpt, const TargetFlags& flags) {
-  nlohmann::ordered_json config;
-  if (!flags.ds_config.empty()) {
-    std::ifstream in(flags.ds_config);
-    if (!in) return NotFound(flags.ds_config + ": cannot open the ds_config");
-    config = nlohmann::ordered_json::parse(in, nullptr, /*allow_exceptions=*/false, /*ignore_comments=*/true);
-    if (config.is_discarded()) return InvalidArgument(flags.ds_config + ": not valid JSON");
-    if (!config.is_object()) return InvalidArgument(flags.ds_config + ": a ds_config must be a JSON object");
+  RS_ASSIGN_OR_RETURN(nlohmann::ordered_json config, ReadJsonObject(flags.ds_config, "ds_config"));
+  RS_ASSIGN_OR_RETURN(nlohmann::ordered_json model_json, ReadJsonObject(flags.model_config, "model config"));
+  plan::ModelConfig model;
+  if (!model_json.is_null()) {
+    auto parsed = plan::ParseModelConfig(model_json);
+    if (!parsed.ok()) return parsed.status().Annotate(flags.model_config);
+    model = *parsed;
   }
   plan::TargetOverrides o;
   o.zero_stage = flags.zero_stage;
@@ -39,7 +56,7 @@ Result<plan::Target> ResolveTargetFlags(const ucp::UniversalCheckpoint& ckpt, co
   if (!flags.lp_dtype.empty()) o.lp_dtype = plan::ParseLpDtype(flags.lp_dtype);
   o.padded_vocab_rows = flags.padded_vocab;
   o.tag = flags.tag;
-  return plan::ResolveTarget(ckpt, config, o);
+  return plan::ResolveTarget(ckpt, config, o, model);
 }
 
 }  // namespace reshard::fs

@@ -19,6 +19,7 @@ struct TargetFlags {
   std::optional<int> zero_stage;
   std::string lp_dtype;   // empty: from the ds_config(s)
   std::string ds_config;  // path of the resuming run's ds_config.json, or empty
+  std::string model_config;  // path of the model's Hugging Face config.json, or empty
   std::optional<int64_t> padded_vocab;
   std::string tag;
 };

@@ -36,6 +36,8 @@ Status PlanZero12(const ucp::UniversalCheckpoint& ckpt, const Target& target, So
   z.dp_size = target.dp_size;
   z.options.round_robin_gradients = target.round_robin_gradients;
   z.padded_vocab_rows = target.padded_vocab_rows;
+  z.num_kv_heads = target.num_kv_heads;
+  z.tp_grain_size = target.tp_grain_size;
   for (int t = 0; t < target.tp_size; ++t) {
     for (int r = 0; r < target.dp_size; ++r) {
       RS_ASSIGN_OR_RETURN(std::vector<RankGroupPartition> groups, PlanZero12Rank(ckpt, z, t, r, sources));

@@ -29,7 +29,7 @@ Result<NodeId> LpTensor(FileBuilder& b, const ucp::UniversalCheckpoint& ckpt, co
                         const ucp::ParamEntry& p, int tp_rank, SourceTable& sources) {
   if (target.zero_stage == 3) return b.AddTensor(target.lp_dtype, {0}, {}, Conversion::kCopy);
   RS_ASSIGN_OR_RETURN(Conversion conversion, LpConversion(target.lp_dtype));
-  RS_ASSIGN_OR_RETURN(layout::TpSlice slice, SliceParam(ckpt, p, target.tp_size, tp_rank, target.padded_vocab_rows));
+  RS_ASSIGN_OR_RETURN(layout::TpSlice slice, SliceParam(ckpt, p, target, tp_rank));
   const ucp::StateTensor& fp32 = p.states.at("fp32");
   if (fp32.dtype != format::DType::kFloat32) {
     return Unsupported(fp32.path + ": the lp weights are derived from float32 masters, this one is " +

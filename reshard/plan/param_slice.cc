@@ -39,10 +39,35 @@ uint64_t Numel(const std::vector<int64_t>& shape) {
   return n;
 }
 
+// The restore metadata the target's AutoTP layer would carry for an affine-mapped parameter.
+Result<layout::AutoTpRestoreMeta> TargetAutoTpMeta(const ucp::AffineSplit& split, const ucp::ParamEntry& p,
+                                                   const Target& target) {
+  layout::AutoTpRestoreMeta meta;
+  if (!split.partition_dim) {
+    meta.replicated = true;
+    return meta;
+  }
+  const int dim = *split.partition_dim;
+  if (target.tp_size > 1 && !target.num_kv_heads) {
+    return InvalidArgument("parameter '" + p.name + "' is split by AutoTP: a TP " + std::to_string(target.tp_size) +
+                           " target needs the model's num_key_value_heads (pass --model-config config.json)");
+  }
+  // AutoTP names the layer, not the parameter: "model.layers.0.mlp.up_proj" for ".weight".
+  const std::string layer = p.name.substr(0, p.name.rfind('.'));
+  RS_ASSIGN_OR_RETURN(std::vector<int64_t> sizes,
+                      layout::GetShardSizeList(split.logical_shape[static_cast<size_t>(dim)], target.tp_size, layer,
+                                               target.num_kv_heads, target.tp_grain_size));
+  meta.partition_dim = dim;
+  meta.logical_shape = split.logical_shape;
+  meta.partition_sizes = std::move(sizes);
+  return meta;
+}
+
 }  // namespace
 
-Result<layout::TpSlice> SliceParam(const ucp::UniversalCheckpoint& ckpt, const ucp::ParamEntry& p, int tp_size,
-                                   int tp_rank, std::optional<int64_t> padded_vocab_rows) {
+Result<layout::TpSlice> SliceParam(const ucp::UniversalCheckpoint& ckpt, const ucp::ParamEntry& p,
+                                   const Target& target, int tp_rank) {
+  const int tp_size = target.tp_size;
   if (p.categories.is_expert_param.value_or(false)) {
     return Unsupported("parameter '" + p.name + "': AutoEP expert tensors are not served yet");
   }
@@ -51,9 +76,16 @@ Result<layout::TpSlice> SliceParam(const ucp::UniversalCheckpoint& ckpt, const u
                        "' is a bare tensor (a ZeRO-3 conversion without TP); a TP > 1 target needs "
                        "its AutoTP layout");
   }
-  RS_ASSIGN_OR_RETURN(std::optional<int64_t> vocab_rows, VocabRows(ckpt, p, tp_size, padded_vocab_rows));
-  auto slice = layout::SliceForRank(p.full_shape, ToLayoutCategory(p.categories), nullptr, vocab_rows, tp_size,
-                                    tp_rank);
+  std::optional<layout::AutoTpRestoreMeta> meta;
+  if (const ucp::AffineSplit* split = ckpt.FindAffineSplit(p.name)) {
+    RS_ASSIGN_OR_RETURN(meta, TargetAutoTpMeta(*split, p, target));
+  }
+  std::optional<int64_t> vocab_rows;
+  if (!meta) {  // DeepSpeed pads vocab tensors only when the target parameter has no AutoTP metadata
+    RS_ASSIGN_OR_RETURN(vocab_rows, VocabRows(ckpt, p, tp_size, target.padded_vocab_rows));
+  }
+  auto slice = layout::SliceForRank(p.full_shape, ToLayoutCategory(p.categories), meta ? &*meta : nullptr,
+                                    vocab_rows, tp_size, tp_rank);
   if (!slice.ok()) return slice.status().Annotate("parameter '" + p.name + "'");
   // A bare tensor is the flattened parameter; at TP 1 its slice is all of it, in the logical
   // shape param_shapes recorded (checked against the stored numel when the checkpoint was opened).

@@ -28,6 +28,10 @@ struct Target {
   // Rows of a vocab tensor summed over TP ranks in the target model (its padded vocab size);
   // unset: universal_checkpoint_info's padded_vocab_size.
   std::optional<int64_t> padded_vocab_rows;
+  // AutoTP's shard sizes (layout::GetShardSize) for checkpoints with an affine_map: the model's
+  // num_key_value_heads (HF config.json) and tensor_parallel.tp_grain_size.
+  std::optional<int64_t> num_kv_heads;
+  int64_t tp_grain_size = 1;
   // The checkpoint tag the files are served under; empty: the universal tag without its
   // "_universal" suffix (global_step3_universal -> global_step3).
   std::string tag;

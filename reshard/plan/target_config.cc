@@ -144,8 +144,20 @@ std::optional<format::DType> ParseLpDtype(const std::string& name) {
   return std::nullopt;
 }
 
+Result<ModelConfig> ParseModelConfig(const nlohmann::ordered_json& config) {
+  const ConfigView view(&config, "the model config");
+  ModelConfig out;
+  RS_ASSIGN_OR_RETURN(std::optional<int64_t> kv, view.Int({"num_key_value_heads"}));
+  if (!kv) {
+    RS_ASSIGN_OR_RETURN(kv, view.Int({"num_attention_heads"}));
+  }
+  if (kv && *kv < 1) return InvalidArgument("the model config: num_key_value_heads must be at least 1");
+  out.num_kv_heads = kv;
+  return out;
+}
+
 Result<Target> ResolveTarget(const ucp::UniversalCheckpoint& ckpt, const nlohmann::ordered_json& ds_config,
-                             const TargetOverrides& o) {
+                             const TargetOverrides& o, const ModelConfig& model) {
   const format::TorchArchive& ms = ckpt.model_states().front().archive;
   const format::NodeId src_root = format::DictLookup(ms.tree(), ms.tree().root(), "ds_config");
   const ConfigView source(&ms.tree(), src_root, ms.path() + ": ds_config");
@@ -167,6 +179,13 @@ Result<Target> ResolveTarget(const ucp::UniversalCheckpoint& ckpt, const nlohman
   std::optional<int64_t> dp;
   if (!ds_config.is_null()) {
     RS_ASSIGN_OR_RETURN(dp, DpFrom(target, "the target ds_config"));
+    if (dp && tp && *tp > 1) {
+      if (*dp % *tp != 0) {
+        return InvalidArgument("the target ds_config's batch sizes give " + std::to_string(*dp) +
+                               " ranks, not a multiple of tensor_parallel.autotp_size " + std::to_string(*tp));
+      }
+      *dp /= *tp;
+    }
   }
   t.dp_size = o.dp_size ? *o.dp_size : static_cast<int>(dp.value_or(ckpt.dp_world_size()));
   RS_ASSIGN_OR_RETURN(auto lp, First<format::DType>(views, LpFrom));
@@ -188,6 +207,12 @@ Result<Target> ResolveTarget(const ucp::UniversalCheckpoint& ckpt, const nlohman
                        " and data_types.grad_accum_dtype fp32 runs DeepSpeed's BF16_Optimizer, whose files are "
                        "not served yet");
   }
+  RS_ASSIGN_OR_RETURN(auto grain, First<int64_t>(target_only, [](const ConfigView& v) {
+                        return v.Int({"tensor_parallel", "tp_grain_size"});
+                      }));
+  if (grain && *grain < 1) return InvalidArgument("tensor_parallel.tp_grain_size must be at least 1");
+  t.tp_grain_size = grain.value_or(1);
+  t.num_kv_heads = model.num_kv_heads;
   t.padded_vocab_rows = o.padded_vocab_rows;
   t.tag = o.tag;
   t.ds_config = ds_config;

@@ -6,7 +6,9 @@
 //   zero_stage     zero_optimization.stage
 //   tp_size        tensor_parallel.autotp_size (source: the checkpoint's TP degree)
 //   dp_size        train_batch_size / (train_micro_batch_size_per_gpu * gradient_accumulation_steps)
-//                  when all three are numbers (DeepSpeed's own consistency rule); source: its DP
+//                  when all three are numbers (DeepSpeed's own consistency rule), divided by the
+//                  AutoTP size (DeepSpeed counts every TP x DP rank there); source: its DP
+//   tp_grain_size  tensor_parallel.tp_grain_size
 //   lp_dtype       bf16.enabled (or "bfloat16".enabled) -> bf16, fp16.enabled -> fp16, else fp32
 //   round_robin_gradients, sub_group_size   zero_optimization.*
 // Refused (kInvalidArgument naming the key): a value of the wrong type, a batch size that the
@@ -37,9 +39,17 @@ struct TargetOverrides {
   std::string tag;
 };
 
+// The model facts AutoTP's shard sizes need, from a Hugging Face config.json.
+struct ModelConfig {
+  std::optional<int64_t> num_kv_heads;  // num_key_value_heads, else num_attention_heads
+};
+
+// Errors (kInvalidArgument naming the key): a head count that is not a positive integer.
+Result<ModelConfig> ParseModelConfig(const nlohmann::ordered_json& config);
+
 // `ds_config`: the parsed target ds_config.json, or null when none was given.
 Result<Target> ResolveTarget(const ucp::UniversalCheckpoint& checkpoint, const nlohmann::ordered_json& ds_config,
-                             const TargetOverrides& overrides);
+                             const TargetOverrides& overrides, const ModelConfig& model = {});
 
 // Parses "fp32"/"float32", "bf16"/"bfloat16", "fp16"/"float16"/"half".
 std::optional<format::DType> ParseLpDtype(const std::string& name);

@@ -48,6 +48,11 @@ Result<std::vector<RankGroupPartition>> PlanZero12Rank(const ucp::UniversalCheck
                            std::to_string(target.dp_size) + ")");
   }
   RS_ASSIGN_OR_RETURN(auto groups, OptimizerGroups(ckpt));
+  Target slicing;  // what SliceParam reads of the target
+  slicing.tp_size = target.tp_size;
+  slicing.padded_vocab_rows = target.padded_vocab_rows;
+  slicing.num_kv_heads = target.num_kv_heads;
+  slicing.tp_grain_size = target.tp_grain_size;
   std::vector<RankGroupPartition> out;
   for (const auto& params : groups) {
     RankGroupPartition g;
@@ -55,7 +60,7 @@ Result<std::vector<RankGroupPartition>> PlanZero12Rank(const ucp::UniversalCheck
     std::vector<layout::FlatParam> flat;
     for (const ucp::ParamEntry* p : params) {
       RS_ASSIGN_OR_RETURN(layout::TpSlice slice,
-                          SliceParam(ckpt, *p, target.tp_size, tp_rank, target.padded_vocab_rows));
+                          SliceParam(ckpt, *p, slicing, tp_rank));
       flat.push_back(layout::FlatParam{p->name, Numel(slice.local_shape), true});
       g.param_names.push_back(p->name);
       g.local_shapes.push_back(slice.local_shape);

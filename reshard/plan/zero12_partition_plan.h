@@ -39,6 +39,9 @@ struct Zero12Target {
   // Rows of a vocab tensor in the target model summed over TP ranks (its local rows * T). When
   // unset, universal_checkpoint_info's padded_vocab_size is used if T divides it.
   std::optional<int64_t> padded_vocab_rows;
+  // AutoTP shard sizes of affine-mapped parameters (see Target).
+  std::optional<int64_t> num_kv_heads;
+  int64_t tp_grain_size = 1;
 };
 
 struct RankGroupPartition {

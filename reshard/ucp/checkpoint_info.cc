@@ -106,6 +106,79 @@ Status RefuseUnsupportedPatterns(const PickleTree& tree, NodeId id) {
                      "' lists AutoTP layouts that cannot be converted (DeepSpeed refuses them too): " + list);
 }
 
+Result<std::vector<int64_t>> IntList(const PickleTree& tree, NodeId id, const std::string& what) {
+  auto v = format::AsIntSequence(tree, id);
+  if (!v) return Corrupt(what + " must be a list of int, got " + DescribeNode(tree, id));
+  return std::move(*v);
+}
+
+std::vector<int64_t> RowMajorStrides(const std::vector<int64_t>& shape) {
+  std::vector<int64_t> strides(shape.size(), 1);
+  for (size_t i = shape.size(); i-- > 1;) strides[i - 1] = strides[i] * shape[i];
+  return strides;
+}
+
+// One parameter's ParamAffineMap.to_dict(): {'logical_shape', 'ranks': {rank: {'shard_shape',
+// 'pieces': [{'shape', 'source': (offset, strides), 'dest': (offset, strides), 'locations'[,
+// 'scale']}]}}}. Accepted when every rank's shard is the whole tensor or one block of it cut
+// along the same single dim, read with the full tensor's row-major strides.
+Result<AffineSplit> ParseAffineSplit(const PickleTree& tree, const std::string& pattern, NodeId map) {
+  const std::string what = "affine_map['" + pattern + "']";
+  AffineSplit split;
+  split.pattern = pattern;
+  RS_ASSIGN_OR_RETURN(split.logical_shape, IntList(tree, format::DictLookup(tree, map, "logical_shape"),
+                                                   what + "['logical_shape']"));
+  const std::vector<int64_t> full_strides = RowMajorStrides(split.logical_shape);
+  const std::vector<NodeId>* ranks = format::DictItems(tree, format::DictLookup(tree, map, "ranks"));
+  if (ranks == nullptr || ranks->empty()) return Corrupt(what + "['ranks'] must be a non-empty dict");
+  auto not_plain = [&](const std::string& why) {
+    return Unsupported(what + " is not a plain split of one dim (" + why +
+                       "); such AutoTP layouts (fused sub-parameters) are not served yet");
+  };
+  for (size_t k = 0; k + 1 < ranks->size(); k += 2) {
+    const NodeId shard = (*ranks)[k + 1];
+    RS_ASSIGN_OR_RETURN(std::vector<int64_t> shard_shape,
+                        IntList(tree, format::DictLookup(tree, shard, "shard_shape"), what + " shard_shape"));
+    const std::vector<NodeId>* pieces = format::SequenceItems(tree, format::DictLookup(tree, shard, "pieces"));
+    if (pieces == nullptr) return Corrupt(what + ": a rank without a 'pieces' list");
+    if (shard_shape.size() != split.logical_shape.size()) return not_plain("a shard of another rank");
+    std::vector<int> cut;
+    for (size_t d = 0; d < shard_shape.size(); ++d) {
+      if (shard_shape[d] != split.logical_shape[d]) cut.push_back(static_cast<int>(d));
+    }
+    if (cut.size() > 1) return not_plain("a shard cut along several dims");
+    if (pieces->size() != 1) return not_plain(std::to_string(pieces->size()) + " pieces in one rank's shard");
+    const NodeId piece = (*pieces)[0];
+    if (const NodeId scale = format::DictLookup(tree, piece, "scale");
+        scale != format::kNoNode && format::AsNumber(tree, scale) != 1.0) {
+      return not_plain("a scaled piece");
+    }
+    const std::vector<NodeId>* source = format::SequenceItems(tree, format::DictLookup(tree, piece, "source"));
+    if (source == nullptr || source->size() != 2) return Corrupt(what + ": a piece without (offset, strides) source");
+    RS_ASSIGN_OR_RETURN(std::vector<int64_t> strides, IntList(tree, (*source)[1], what + " source strides"));
+    if (strides != full_strides) return not_plain("source strides other than the full tensor's");
+    if (cut.empty()) continue;
+    if (split.partition_dim && *split.partition_dim != cut[0]) return not_plain("ranks cut along different dims");
+    split.partition_dim = cut[0];
+  }
+  return split;
+}
+
+Result<std::vector<AffineSplit>> ParseAffineSplits(const PickleTree& tree, NodeId value) {
+  const NodeId version = format::DictLookup(tree, value, "version");
+  if (format::AsInt(tree, version) != 1) {
+    return Unsupported("affine_map version " + DescribeNode(tree, version) + " (reshardfs reads version 1)");
+  }
+  RS_ASSIGN_OR_RETURN(auto params, StrKeyedEntries(tree, format::DictLookup(tree, value, "params"),
+                                                   "affine_map['params']"));
+  std::vector<AffineSplit> out;
+  for (const auto& [pattern, map] : params) {
+    RS_ASSIGN_OR_RETURN(AffineSplit split, ParseAffineSplit(tree, pattern, map));
+    out.push_back(std::move(split));
+  }
+  return out;
+}
+
 // Widths are only shape-checked here; whether they sum to the sub-parameter sizes and match the
 // source TP degree is the planner's check, where both numbers are at hand.
 Result<std::vector<std::vector<int64_t>>> ParseWidths(const PickleTree& tree, NodeId id, const std::string& pattern) {
@@ -246,11 +319,9 @@ Result<UniversalCheckpointInfo> ParseUniversalCheckpointInfo(const PickleTree& t
     } else if (key == kAutoEpLayers || key == kAutoEpLayersLegacy) {
       out.autoep_layers = value;
     } else if (key == kAffineMap) {
-      // DeepSpeed 0.19.8's converter rebuilds affine-mapped params from the map and writes
-      // them without category keys, so serving them needs the map's geometry.
-      return Unsupported(
-          "unsupported key 'affine_map' in universal_checkpoint_info: per-parameter affine "
-          "shard maps are not implemented by reshardfs");
+      // DeepSpeed 0.19.8's converter rebuilds affine-mapped params from the map and writes them
+      // without category keys, so the map is the only record of how each one was split.
+      RS_ASSIGN_OR_RETURN(out.affine_splits, ParseAffineSplits(tree, value));
     } else {
       return Unsupported("unknown key '" + key + "' in universal_checkpoint_info");
     }

@@ -68,6 +68,16 @@ Result<SubparamShape> ParseSubparamShapeFields(const format::PickleTree& tree, f
 // a BUILD state dict, as pickle writes a dataclass). kCorrupt for any other node.
 Result<SubparamShape> ParseSubparamShapeObject(const format::PickleTree& tree, format::NodeId id);
 
+// One entry of `affine_map['params']` (DeepSpeed 0.19.8 AutoTP), reduced to the split it
+// describes: how the SOURCE ranks held the parameter. Only maps where every rank holds either the
+// whole tensor or one row-major block cut along a single dim are accepted; the dim is what a
+// target of any TP degree splits again (with AutoTP's own shard sizes).
+struct AffineSplit {
+  std::string pattern;                // the regex key, e.g. ^model\.layers\.0\.self_attn\.q_proj\.weight$
+  std::vector<int64_t> logical_shape;
+  std::optional<int> partition_dim;   // unset: every source rank held the whole tensor (replicated)
+};
+
 // The parsed universal_checkpoint_info of a checkpoint. Lists are empty when the key is absent.
 struct UniversalCheckpointInfo {
   // False when the model-states file has no `universal_checkpoint_info` (or holds None): a
@@ -89,6 +99,8 @@ struct UniversalCheckpointInfo {
   // pattern -> per sub-parameter -> per *source* TP rank width (elements along partition_dim).
   std::map<std::string, std::vector<std::vector<int64_t>>> sub_param_shard_widths;
   std::vector<std::string> expert_parameter_patterns;
+  // `affine_map` (version 1), one entry per parameter pattern, in the map's order.
+  std::vector<AffineSplit> affine_splits;
   // `ds_autoep_layers` (or legacy `autoep_layers`): AutoEP layer metadata, kept inert.
   format::NodeId autoep_layers = format::kNoNode;
 
@@ -100,8 +112,9 @@ struct UniversalCheckpointInfo {
 // kUnsupported:
 //   - universal_checkpoint_version > kMaxUniversalCheckpointVersion
 //     ("unsupported universal checkpoint version 0.5 (reshardfs supports up to 0.4)");
-//   - a key outside the list above, including `affine_map` (per-parameter affine shard maps,
-//     which DeepSpeed 0.19.8's AutoTP publishes but reshardfs does not implement);
+//   - a key outside the list above;
+//   - an `affine_map` of another version than 1, or with a map that is not a plain split (several
+//     pieces per rank, fused sub-parameters, a scale, strides other than row-major);
 //   - a non-empty `autotp_unsupported_parameter_patterns` (DeepSpeed's converter refuses it too).
 // kCorrupt for a known key with a value of the wrong type, a sub_param_shard_widths entry
 // whose widths are negative, or a negative vocab size.

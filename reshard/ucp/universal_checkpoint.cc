@@ -1,5 +1,8 @@
 #include "reshard/ucp/universal_checkpoint.h"
 
+#include <cctype>
+#include <regex>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -274,7 +277,49 @@ Result<UniversalCheckpoint> UniversalCheckpoint::Open(const std::string& path) {
   RS_RETURN_IF_ERROR(ucp.LoadModelStates());
   RS_RETURN_IF_ERROR(ucp.LoadSourceLayout());
   RS_RETURN_IF_ERROR(ucp.IndexParams(zero_dir));
+  RS_RETURN_IF_ERROR(ucp.MatchAffineSplits());
   return ucp;
+}
+
+Status UniversalCheckpoint::MatchAffineSplits() {
+  // AutoTP writes each pattern as ^re.escape(name)$: those are looked up by name. Anything else
+  // is compiled once and matched against every parameter name (Python re and ECMAScript agree
+  // on the escapes and anchors such patterns use).
+  const std::vector<AffineSplit>& splits = info_.affine_splits;
+  for (size_t i = 0; i < splits.size(); ++i) {
+    const std::string& pattern = splits[i].pattern;
+    std::string literal;
+    bool plain = pattern.size() >= 2 && pattern.front() == '^' && pattern.back() == '$';
+    for (size_t k = 1; plain && k + 1 < pattern.size(); ++k) {
+      char c = pattern[k];
+      if (c == '\\' && k + 2 < pattern.size()) {
+        c = pattern[++k];
+        plain = !std::isalnum(static_cast<unsigned char>(c));
+      } else {
+        plain = std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '/';
+      }
+      literal.push_back(c);
+    }
+    if (plain) {
+      affine_split_index_.try_emplace(literal, i);
+      continue;
+    }
+    std::regex re;
+    try {
+      re = std::regex(pattern, std::regex::ECMAScript);
+    } catch (const std::regex_error&) {
+      return Unsupported(dir_ + ": affine_map pattern '" + pattern + "' is not a regular expression reshardfs reads");
+    }
+    for (const ParamEntry& p : params_) {
+      if (std::regex_search(p.name, re)) affine_split_index_.try_emplace(p.name, i);
+    }
+  }
+  return Status::Ok();
+}
+
+const AffineSplit* UniversalCheckpoint::FindAffineSplit(std::string_view name) const {
+  const auto it = affine_split_index_.find(std::string(name));
+  return it == affine_split_index_.end() ? nullptr : &info_.affine_splits[it->second];
 }
 
 Status UniversalCheckpoint::LoadOptimizerState(const std::string& optim_path) {

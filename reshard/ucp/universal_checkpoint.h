@@ -25,7 +25,7 @@
 //                     zero/optimizer_state.pt; a parameter in param_shapes has no zero/ folder;
 //                     everything IndexParamFolder returns as kNotFound (no fp32.pt)
 //   kUnsupported      universal_checkpoint_version > 0.4; an unknown universal_checkpoint_info
-//                     key (affine_map included); autotp_unsupported_parameter_patterns non-empty;
+//                     key; an affine_map that is not a plain split (checkpoint_info.h); autotp_unsupported_parameter_patterns non-empty;
 //                     pipeline parallelism (pp_degree > 1); and IndexParamFolder's refusals
 //                     (unknown state-dict key, non-contiguous tensor, ...)
 //   kCorrupt          inconsistent layout metadata: a zero_stage that disagrees with the kind of
@@ -118,6 +118,9 @@ class UniversalCheckpoint {
   // The model-states file of source TP rank `tp_rank` (for stage 3: its DP rank 0 file), or
   // nullptr when out of range.
   const ModelStatesFile* ModelStatesForTp(int32_t tp_rank) const;
+  // The affine_map split whose pattern matches parameter `name` (the first, in map order), or
+  // nullptr when the checkpoint has no affine_map or no pattern matches.
+  const AffineSplit* FindAffineSplit(std::string_view name) const;
 
  private:
   UniversalCheckpoint() = default;
@@ -128,12 +131,14 @@ class UniversalCheckpoint {
   Status LoadSourceLayout();                                 // tp_degree_, dp_world_size_, info_ from the first file
   Status IndexParams(const std::string& zero_dir);           // params_, num_source_groups_
   Status CheckParamGroups() const;
+  Status MatchAffineSplits();  // affine_split_index_
   Status CheckStoredNumel(const ParamEntry& entry, const std::vector<int64_t>& recorded) const;
 
   std::string dir_;
   std::string tag_;
   std::vector<ParamEntry> params_;
   std::unordered_map<std::string, size_t> param_index_;  // name -> position in params_
+  std::unordered_map<std::string, size_t> affine_split_index_;  // param name -> info_.affine_splits index
   int32_t num_source_groups_ = 0;
   int32_t tp_degree_ = 1;
   int32_t dp_world_size_ = 1;

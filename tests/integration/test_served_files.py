@@ -252,3 +252,41 @@ def test_a_tp_split_that_does_not_divide_is_refused(reshardfs: Path, run_tool, t
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "parameter 'fc1.weight'" in lines[0] and "does not divide" in lines[0], result
     assert not (tmp_path / "out").exists()
+
+
+LLAMA = EXAMPLES / "tiny_llama_tp2"
+
+
+def test_autotp_round_trip_equals_the_native_tp2_files(reshardfs: Path, run_tool, tmp_path: Path) -> None:
+    """A real AutoTP checkpoint (tiny Llama with grouped-query attention, TP=2, saved by DeepSpeed and
+    converted by its ds_to_universal, whose only record of the splits is the affine_map): served at
+    TP=2, every file equals DeepSpeed's own TP=2 native file, q/k/v/o/gate/up/down/lm_head shards included."""
+    served = materialize(reshardfs, run_tool, LLAMA / "universal", tmp_path / "served", "--tp", "2", "--dp", "1",
+                         "--model-config", LLAMA / "config.json")
+    names = assert_same_files(served, LLAMA / "native" / TAG)
+    assert len(names) == 4, names
+
+
+def test_autotp_to_tp1_serves_the_whole_tensors(reshardfs: Path, run_tool, tmp_path: Path) -> None:
+    """TP 2 -> 1 (DP 2): the module holds the universal fp32 tensors whole, and the flat fp32 partitions
+    over DP concatenate to the group in param_shapes order (checked independently of the planner)."""
+    ucp = LLAMA / "universal"
+    served = materialize(reshardfs, run_tool, ucp, tmp_path / "served", "--tp", "1", "--dp", "2")
+    model = torch.load(served / "mp_rank_00_model_states.pt", weights_only=False)
+    for name, tensor in model["module"].items():
+        full = torch.load(next(ucp.glob(f"*/zero/{name}/fp32.pt")), weights_only=False)["param"]
+        assert torch.equal(tensor, full), name
+    for g, shapes in enumerate(model["param_shapes"]):
+        flat = torch.cat([torch.load(served / f"zero_pp_rank_{d}_mp_rank_00_optim_states.pt", weights_only=False)
+                          ["optimizer_state_dict"]["single_partition_of_fp32_groups"][g] for d in range(2)])
+        expected = torch.cat([model["module"][name].reshape(-1) for name in shapes])
+        assert torch.equal(flat, expected), g
+
+
+def test_autotp_target_without_the_model_config_is_refused(reshardfs: Path, run_tool, tmp_path: Path) -> None:
+    result = run_tool(reshardfs, "materialize", LLAMA / "universal", tmp_path / "out", "--tp", "2", "--dp", "1")
+    assert result.returncode == 1, result
+    assert result.stderr.strip().splitlines() == [
+        "reshardfs: error: parameter 'model.layers.0.self_attn.q_proj.weight' is split by AutoTP: a TP 2 target "
+        "needs the model's num_key_value_heads (pass --model-config config.json)"], result
+    assert not (tmp_path / "out").exists()

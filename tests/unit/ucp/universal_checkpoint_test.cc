@@ -253,14 +253,39 @@ TEST_CASE("Refuse universal_checkpoint_version 0.5", "[ucp]") {
                                           "(reshardfs supports up to 0.4)"));
 }
 
-TEST_CASE("Refuse unknown universal_checkpoint_info keys, affine_map included", "[ucp]") {
+TEST_CASE("Refuse unknown universal_checkpoint_info keys; an empty affine_map is read", "[ucp]") {
   TempDir tmp1, tmp2;
-  const Status affine = OpenStatus(CopyTiny(tmp1, "ucp_bad/affine_map"));
-  CHECK(affine.code() == StatusCode::kUnsupported);
-  CHECK_THAT(affine.message(), Catch::Contains("mp_rank_00_model_states.pt: unsupported key 'affine_map'"));
+  auto affine = UniversalCheckpoint::Open(CopyTiny(tmp1, "ucp_bad/affine_map").string());
+  REQUIRE(affine.ok());
+  CHECK(affine->info().affine_splits.empty());
+  CHECK(affine->FindAffineSplit("fc1.weight") == nullptr);
   const Status unknown = OpenStatus(CopyTiny(tmp2, "ucp_bad/unknown_info_key"));
   CHECK(unknown.code() == StatusCode::kUnsupported);
   CHECK_THAT(unknown.message(), Catch::Contains("unknown key 'shard_geometry' in universal_checkpoint_info"));
+}
+
+TEST_CASE("A real AutoTP checkpoint's affine_map gives each parameter its split dim", "[ucp]") {
+  // examples/tiny_llama_tp2: DeepSpeed 0.19.8 AutoTP at TP 2 (q/k/v/gate/up/lm_head column, o/down
+  // row, embed and norms untouched), converted by its ds_to_universal.
+  auto ucp = UniversalCheckpoint::Open((RepoRoot() / "examples/tiny_llama_tp2/universal").string());
+  REQUIRE(ucp.ok());
+  CHECK(ucp->info().affine_splits.size() == 21);
+  const auto dim = [&](const std::string& name) -> std::optional<int> {
+    const AffineSplit* split = ucp->FindAffineSplit(name);
+    REQUIRE(split != nullptr);
+    return split->partition_dim;
+  };
+  CHECK(dim("model.layers.0.self_attn.q_proj.weight") == 0);
+  CHECK(dim("model.layers.1.self_attn.k_proj.weight") == 0);
+  CHECK(dim("model.layers.0.mlp.up_proj.weight") == 0);
+  CHECK(dim("lm_head.weight") == 0);
+  CHECK(dim("model.layers.0.self_attn.o_proj.weight") == 1);
+  CHECK(dim("model.layers.1.mlp.down_proj.weight") == 1);
+  CHECK_FALSE(dim("model.embed_tokens.weight").has_value());
+  CHECK_FALSE(dim("model.norm.weight").has_value());
+  const AffineSplit* k = ucp->FindAffineSplit("model.layers.1.self_attn.k_proj.weight");
+  CHECK(k->logical_shape == std::vector<int64_t>{32, 64});
+  CHECK(ucp->FindAffineSplit("model.layers.1.self_attn.k_proj") == nullptr);  // patterns are anchored
 }
 
 TEST_CASE("Refuse non-empty autotp_unsupported_parameter_patterns", "[ucp]") {
