@@ -24,7 +24,7 @@ import pytest
 import torch
 from torch import nn
 
-from ds_reference import EXAMPLES, cached_target_states
+from ds_reference import EXAMPLES, REFERENCE_TRAIN_STEPS, cached_target_states
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")  # DeepSpeed's import otherwise probes for GPUs
 
@@ -445,13 +445,14 @@ def case_object() -> Callable[[str], Any]:
 @pytest.fixture(scope="session")
 def ds_reference(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., list[Path]]:
     """ds_reference(zero_stage, dp, ucp=examples/tiny/universal, bf16=False): rank_<r>.pt dumps of DeepSpeed's
-    own load_universal of `ucp` at that layout (native_resaved/ next to them); one DeepSpeed run
+    own load_universal of `ucp` at that layout (native_resaved/ next to them; the engine then trains
+    REFERENCE_TRAIN_STEPS more steps for the resume tests, which share these runs); one DeepSpeed run
     per (ucp, layout) and session."""
     base = tmp_path_factory.getbasetemp() / "ds_reference"
 
     def get(zero_stage: int, dp: int, ucp: Path = EXAMPLES / "tiny" / "universal", bf16: bool = False) -> list[Path]:
         try:
-            return cached_target_states(base / ucp.parent.name, ucp, zero_stage, dp, bf16)
+            return cached_target_states(base / ucp.parent.name, ucp, zero_stage, dp, bf16, REFERENCE_TRAIN_STEPS)
         except RuntimeError as error:
             pytest.fail(str(error), pytrace=False)
 

@@ -7,6 +7,9 @@ calls the unmodified `engine.load_checkpoint(ucp_parent)`, and writes
 
   out_dir/rank_<r>.pt      plain tensors and values read from the live engine/optimizer (see _snapshot)
   out_dir/native_resaved/  what `engine.save_checkpoint` then writes natively at the target layout
+
+With train_steps > 0 the engine then trains that many more steps and also writes ds_resume.continue_training's
+out_dir/after_rank_<r>.pt and out_dir/losses_rank_<r>.json.
 """
 
 from __future__ import annotations
@@ -25,15 +28,21 @@ sys.path.insert(0, str(EXAMPLES))
 import make_tiny_checkpoint as tiny  # noqa: E402
 
 LAUNCH_TIMEOUT_S = 300
+# Steps every test-session reference run trains after its load and re-save: the resume tests compare
+# them, and the other tests share the same runs (their snapshots and re-saves come before training).
+REFERENCE_TRAIN_STEPS = 3
 
 
-def dump_target_states(ucp_parent: Path, zero_stage: int, dp: int, out_dir: Path, bf16: bool = False) -> list[Path]:
+def dump_target_states(ucp_parent: Path, zero_stage: int, dp: int, out_dir: Path, bf16: bool = False,
+                       train_steps: int = 0) -> list[Path]:
     """Load the universal checkpoint under `ucp_parent` (the folder holding latest_universal) into a
     ZeRO-`zero_stage`, DP=`dp` engine; returns out_dir/rank_0.pt ... rank_<dp-1>.pt.
     Raises RuntimeError with the launcher's output if DeepSpeed fails."""
     out_dir.mkdir(parents=True, exist_ok=True)
     argv = ["--ucp", str(Path(ucp_parent).resolve()), "--zero-stage", str(zero_stage), "--dp", str(dp),
             "--out", str(out_dir.resolve())] + (["--bf16"] if bf16 else [])  # fmt: skip
+    if train_steps > 0:
+        argv += ["--train-steps", str(train_steps)]
     cmd = tiny.torchrun_cmd(dp, str(Path(__file__).resolve()), argv)
     start = time.monotonic()
     done = subprocess.run(cmd, env=tiny.cpu_env(), capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S)
@@ -47,14 +56,15 @@ def dump_target_states(ucp_parent: Path, zero_stage: int, dp: int, out_dir: Path
     return files
 
 
-def cached_target_states(root: Path, ucp_parent: Path, zero_stage: int, dp: int, bf16: bool = False) -> list[Path]:
-    """dump_target_states into root/z<stage>_dp<dp>[_bf16], run only if that folder is not complete yet.
+def cached_target_states(root: Path, ucp_parent: Path, zero_stage: int, dp: int, bf16: bool = False,
+                         train_steps: int = 0) -> list[Path]:
+    """dump_target_states into root/z<stage>_dp<dp>[_bf16][_train<N>], run only if that folder is not complete yet.
     `root` must belong to one UCP; a per-session temp folder lets every test module share one run per layout."""
-    out_dir = root / f"z{zero_stage}_dp{dp}{'_bf16' if bf16 else ''}"
+    out_dir = root / f"z{zero_stage}_dp{dp}{'_bf16' if bf16 else ''}{f'_train{train_steps}' if train_steps > 0 else ''}"
     done = out_dir / "DONE"
     if done.is_file():
         return [out_dir / f"rank_{r}.pt" for r in range(dp)]
-    files = dump_target_states(ucp_parent, zero_stage, dp, out_dir, bf16)
+    files = dump_target_states(ucp_parent, zero_stage, dp, out_dir, bf16, train_steps)
     done.touch()
     return files
 
@@ -129,6 +139,9 @@ def _worker(args: argparse.Namespace) -> None:
     assert load_path is not None, f"load_checkpoint({args.ucp}) found nothing"
     torch.save(_snapshot(engine, args.zero_stage), Path(args.out) / f"rank_{dist.get_rank()}.pt")
     engine.save_checkpoint(str(Path(args.out) / "native_resaved"))
+    if args.train_steps > 0:
+        from ds_resume import continue_training
+        continue_training(engine, args.zero_stage, args.dp, args.train_steps, Path(args.out))
     dist.barrier()
     dist.destroy_process_group()
 
@@ -140,4 +153,5 @@ if __name__ == "__main__":
     ap.add_argument("--dp", type=int, required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--bf16", action="store_true")
+    ap.add_argument("--train-steps", type=int, default=0)
     _worker(ap.parse_args())

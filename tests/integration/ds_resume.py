@@ -1,0 +1,176 @@
+"""Resuming with DeepSpeed's own native loader, and continuing training, for the resume tests.
+
+resume_from_native(checkpoint_dir, zero_stage, dp, out_dir) launches `dp` CPU processes (gloo) under
+torch.distributed.run, running this file as a worker. Each rank builds examples/make_tiny_checkpoint.py's
+TinyModel and the DeepSpeed config of the target layout (load_universal off), calls the unmodified
+`engine.load_checkpoint(checkpoint_dir)` (a reshardfs mountpoint, or any native checkpoint), and writes
+
+  out_dir/rank_<r>.pt            ds_reference._snapshot of the engine right after the load
+  out_dir/after_rank_<r>.pt      the same snapshot after `train_steps` more optimizer steps
+  out_dir/losses_rank_<r>.json   {"start_step", "losses", "global_mean_losses"} of those steps
+
+The steps continue the tiny example's deterministic data: step k (0-based, k = engine.global_steps after
+the load, 3 for the bundled checkpoints) trains on tiny.local_batch(k, rank, dp), exactly the batch the
+original run would have used next. `losses` are this rank's own micro-batch losses (fp32 Python floats,
+exact), `global_mean_losses` their all-reduced mean.
+
+Two more worker modes give references the resume tests compare against:
+  train_uninterrupted   trains `steps` steps from TinyModel's initial weights, saves them natively
+                        (out_dir/native) and snapshots, then trains on: the original run that a round trip
+                        must continue exactly (to_universal converts its native save with DeepSpeed's own
+                        ds_to_universal, as examples/make_tiny_checkpoint.py does);
+  universal_corrected   DeepSpeed's own ZeRO-3 load_universal followed by the correction of its two known
+                        defects (per-group hyper-parameters, one `step` tensor per sub-group), so that a
+                        ZeRO-3 resume at a new DP has a same-layout training reference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ds_reference import LAUNCH_TIMEOUT_S, _snapshot, tiny
+
+MODES = ("native", "train_uninterrupted", "universal_corrected")
+
+
+def _launch(mode: str, zero_stage: int, dp: int, out_dir: Path, bf16: bool, train_steps: int,
+            checkpoint_dir: Path | None = None, steps: int = 0) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    argv = ["--mode", mode, "--zero-stage", str(zero_stage), "--dp", str(dp), "--out", str(out_dir.resolve()),
+            "--train-steps", str(train_steps), "--steps", str(steps)] + (["--bf16"] if bf16 else [])  # fmt: skip
+    if checkpoint_dir is not None:
+        argv += ["--checkpoint", str(Path(checkpoint_dir).resolve())]
+    cmd = tiny.torchrun_cmd(dp, str(Path(__file__).resolve()), argv)
+    start = time.monotonic()
+    done = subprocess.run(cmd, env=tiny.cpu_env(), capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S)
+    print(f"ds_resume: {mode} ZeRO-{zero_stage} dp={dp} bf16={bf16}: DeepSpeed launch {time.monotonic() - start:.1f} s")
+    files = [out_dir / f"rank_{r}.pt" for r in range(dp)]
+    trained = [out_dir / f"{name}_rank_{r}.{ext}" for r in range(dp)
+               for name, ext in (("after", "pt"), ("losses", "json"))]  # fmt: skip
+    expected = files + (trained if train_steps > 0 else [])
+    if done.returncode != 0 or not all(f.is_file() for f in expected):
+        first = done.stderr.find("Traceback")  # the failing rank's own traceback, not torchrun's summary
+        raise RuntimeError(f"DeepSpeed {mode} run failed (rc={done.returncode}): {' '.join(cmd)}\n"
+                           f"--- stdout\n{done.stdout[-3000:]}\n"
+                           f"--- stderr\n{done.stderr[max(first, 0):][:6000]}")  # fmt: skip
+    return files
+
+
+def resume_from_native(checkpoint_dir: Path, zero_stage: int, dp: int, out_dir: Path, bf16: bool = False,
+                       train_steps: int = 3) -> list[Path]:
+    """engine.load_checkpoint(checkpoint_dir) with load_universal off at ZeRO-`zero_stage`, DP=`dp`, then
+    `train_steps` more steps; returns out_dir/rank_<r>.pt. Raises RuntimeError with the output on failure."""
+    return _launch("native", zero_stage, dp, out_dir, bf16, train_steps, checkpoint_dir=checkpoint_dir)
+
+
+def train_uninterrupted(zero_stage: int, dp: int, out_dir: Path, bf16: bool = False, steps: int = 3,
+                        train_steps: int = 3) -> list[Path]:
+    """The original tiny run: `steps` steps from the initial weights, engine.save_checkpoint(out_dir/native),
+    snapshot (rank_<r>.pt), then `train_steps` more, recorded as resume_from_native records them."""
+    return _launch("train_uninterrupted", zero_stage, dp, out_dir, bf16, train_steps, steps=steps)
+
+
+def to_universal(native_dir: Path, universal_parent: Path) -> Path:
+    """DeepSpeed's ds_to_universal of native_dir's latest tag into universal_parent/<tag>_universal (it writes
+    universal_parent/latest_universal too), with make_tiny_checkpoint.py's flags; returns universal_parent."""
+    tag = (native_dir / "latest").read_text().strip()
+    cmd = [sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder", str(native_dir / tag),
+           "--output_folder", str(universal_parent / f"{tag}_universal"), "--num_extract_workers", "1",
+           "--num_merge_workers", "1", "--inject_missing_state"]  # fmt: skip
+    done = subprocess.run(cmd, env=tiny.cpu_env(), capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S)
+    if done.returncode != 0 or not (universal_parent / "latest_universal").is_file():
+        raise RuntimeError(f"ds_to_universal failed (rc={done.returncode}): {' '.join(cmd)}\n"
+                           f"--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-6000:]}")  # fmt: skip
+    return universal_parent
+
+
+def universal_corrected(ucp_parent: Path, zero_stage: int, dp: int, out_dir: Path, train_steps: int = 3) -> list[Path]:
+    """DeepSpeed's ZeRO-3 load_universal of `ucp_parent`, its two known defects corrected (see
+    correct_zero3_load_universal), then `train_steps` more steps."""
+    assert zero_stage == 3, "only DeepSpeed's ZeRO-3 universal loader needs correcting"
+    return _launch("universal_corrected", zero_stage, dp, out_dir, False, train_steps, checkpoint_dir=ucp_parent)
+
+
+# ---- worker (one per rank) -------------------------------------------------------------------
+
+
+def continue_training(engine: Any, zero_stage: int, dp: int, train_steps: int, out_dir: Path) -> None:
+    """Trains `train_steps` steps on the tiny example's data from step engine.global_steps on, then writes
+    out_dir/after_rank_<r>.pt and out_dir/losses_rank_<r>.json (see the module docstring)."""
+    import torch.distributed as dist
+    rank = dist.get_rank()
+    start = engine.global_steps
+    losses, means = [], []
+    for step in range(start, start + train_steps):
+        tokens, targets = tiny.local_batch(step, rank, dp)
+        loss = engine(tokens, targets)
+        engine.backward(loss)
+        engine.step()
+        losses.append(loss.detach().float().item())
+        means.append(tiny.global_mean(loss.detach()))
+    torch.save(_snapshot(engine, zero_stage), out_dir / f"after_rank_{rank}.pt")
+    record = {"start_step": start, "losses": losses, "global_mean_losses": means}
+    (out_dir / f"losses_rank_{rank}.json").write_text(json.dumps(record))
+
+
+def correct_zero3_load_universal(engine: Any, ucp_parent: Path) -> None:
+    """Undoes DeepSpeed 0.19.8's two ZeRO-3 load_universal defects in the live optimizer (stage3.py
+    load_hp_checkpoint_state_from_checkpoint_dir_stage3), asserting each is present first:
+    every param group got group 0's hyper-parameters, and every sub-group's state['step'] is one shared
+    tensor object (AdamW increments it in place once per sub-group)."""
+    tag = (ucp_parent / "latest_universal").read_text().strip()
+    saved = torch.load(ucp_parent / tag / "zero" / "optimizer_state.pt", weights_only=False)
+    groups = saved["optimizer_state_dict"]["param_groups"]
+    base = engine.optimizer.optimizer
+    assert [g["lr"] for g in base.param_groups] == [groups[0]["lr"]] * len(base.param_groups), \
+        "DeepSpeed no longer copies group 0's hyper-parameters into every group"
+    for live, group in zip(base.param_groups, groups):
+        live.update({k: v for k, v in group.items() if k != "params"})
+    steps = [base.state[fp32]["step"] for fp32 in engine.optimizer.fp32_partitioned_groups_flat]
+    assert len(steps) > 1 and all(s is steps[0] for s in steps), "DeepSpeed no longer shares one step tensor"
+    for fp32 in engine.optimizer.fp32_partitioned_groups_flat:
+        base.state[fp32]["step"] = base.state[fp32]["step"].clone()
+
+
+def _worker(args: argparse.Namespace) -> None:
+    import torch.distributed as dist
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)
+    out = Path(args.out)
+    engine, _, _ = tiny.init_deepspeed(tiny.build_model(), args.dp, args.zero_stage, args.bf16,
+                                       load_universal=args.mode == "universal_corrected")  # fmt: skip
+    if args.mode == "train_uninterrupted":
+        for step in range(args.steps):
+            tiny.train_step(engine, step, args.dp)
+        engine.save_checkpoint(str(out / "native"))
+    else:
+        load_path, _ = engine.load_checkpoint(args.checkpoint)
+        assert load_path is not None, f"load_checkpoint({args.checkpoint}) found nothing"
+        if args.mode == "universal_corrected":
+            correct_zero3_load_universal(engine, Path(args.checkpoint))
+    torch.save(_snapshot(engine, args.zero_stage), out / f"rank_{dist.get_rank()}.pt")
+    if args.train_steps > 0:
+        continue_training(engine, args.zero_stage, args.dp, args.train_steps, out)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mode", choices=MODES, required=True)
+    ap.add_argument("--checkpoint")
+    ap.add_argument("--zero-stage", type=int, required=True)
+    ap.add_argument("--dp", type=int, required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--bf16", action="store_true")
+    ap.add_argument("--steps", type=int, default=0)
+    ap.add_argument("--train-steps", type=int, default=0)
+    _worker(ap.parse_args())
