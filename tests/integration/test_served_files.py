@@ -267,20 +267,36 @@ def test_autotp_round_trip_equals_the_native_tp2_files(reshardfs: Path, run_tool
     assert len(names) == 4, names
 
 
-def test_autotp_to_tp1_serves_the_whole_tensors(reshardfs: Path, run_tool, tmp_path: Path) -> None:
-    """TP 2 -> 1 (DP 2): the module holds the universal fp32 tensors whole, and the flat fp32 partitions
-    over DP concatenate to the group in param_shapes order (checked independently of the planner)."""
-    ucp = LLAMA / "universal"
-    served = materialize(reshardfs, run_tool, ucp, tmp_path / "served", "--tp", "1", "--dp", "2")
+def assert_tp1_zero12_files_hold_the_universal_tensors(ucp: Path, served: Path, dp: int) -> None:
+    """At TP 1 and ZeRO-1/2: the module holds each universal fp32 tensor whole (in its logical shape), and the
+    flat fp32 partitions over DP concatenate to the group in param_shapes order (checked independently of
+    the planner)."""
     model = torch.load(served / "mp_rank_00_model_states.pt", weights_only=False)
     for name, tensor in model["module"].items():
-        full = torch.load(next(ucp.glob(f"*/zero/{name}/fp32.pt")), weights_only=False)["param"]
-        assert torch.equal(tensor, full), name
+        full = torch.load(next(ucp.glob(f"*/zero/{name}/fp32.pt")), weights_only=False)
+        full = full["param"] if isinstance(full, dict) else full  # ZeRO-3 conversions store bare tensors
+        assert torch.equal(tensor.reshape(-1), full.reshape(-1)), name
     for g, shapes in enumerate(model["param_shapes"]):
         flat = torch.cat([torch.load(served / f"zero_pp_rank_{d}_mp_rank_00_optim_states.pt", weights_only=False)
-                          ["optimizer_state_dict"]["single_partition_of_fp32_groups"][g] for d in range(2)])
+                          ["optimizer_state_dict"]["single_partition_of_fp32_groups"][g] for d in range(dp)])
         expected = torch.cat([model["module"][name].reshape(-1) for name in shapes])
         assert torch.equal(flat, expected), g
+        for name, shape in shapes.items():
+            assert model["module"][name].shape == shape, name
+
+
+def test_autotp_to_tp1_serves_the_whole_tensors(reshardfs: Path, run_tool, tmp_path: Path) -> None:
+    """AutoTP TP 2 -> TP 1, DP 2."""
+    ucp = LLAMA / "universal"
+    served = materialize(reshardfs, run_tool, ucp, tmp_path / "served", "--tp", "1", "--dp", "2")
+    assert_tp1_zero12_files_hold_the_universal_tensors(ucp, served, 2)
+
+
+def test_zero3_to_zero1_dp2_to_dp4(reshardfs: Path, run_tool, tmp_path: Path) -> None:
+    """Cross-stage, which DeepSpeed's own loaders do not support: the ZeRO-3 conversion (bare flattened
+    tensors) served to a ZeRO-1 DP=4 run gets its weights in their logical shapes."""
+    served = materialize(reshardfs, run_tool, ZERO3_UCP, tmp_path / "served", "--zero-stage", "1", "--dp", "4")
+    assert_tp1_zero12_files_hold_the_universal_tensors(ZERO3_UCP, served, 4)
 
 
 def test_autotp_target_without_the_model_config_is_refused(reshardfs: Path, run_tool, tmp_path: Path) -> None:
