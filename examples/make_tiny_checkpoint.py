@@ -241,6 +241,41 @@ def worker(args):
     dist.destroy_process_group()
 
 
+def to_universal(native, universal_parent, inject_missing_state, timeout=None):
+    """DeepSpeed's own ds_to_universal of `native`'s latest tag into <universal_parent>/<tag>_universal
+    (which also writes <universal_parent>/latest_universal), one worker each. Raises RuntimeError with
+    the converter's output when it fails; returns the tag folder."""
+    with open(os.path.join(native, "latest")) as f:
+        tag = f.read().strip()
+    universal = os.path.join(universal_parent, f"{tag}_universal")
+    os.makedirs(universal_parent, exist_ok=True)
+    cmd = [sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder", os.path.join(native, tag),
+           "--output_folder", universal, "--num_extract_workers", "1", "--num_merge_workers", "1"]
+    if inject_missing_state:
+        cmd.append("--inject_missing_state")
+    done = subprocess.run(cmd, env=cpu_env(), capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0 or not os.path.isfile(os.path.join(universal_parent, "latest_universal")):
+        raise RuntimeError(f"ds_to_universal failed (rc={done.returncode}): {' '.join(cmd)}\n"
+                           f"--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-6000:]}")
+    return universal
+
+
+def finish_output(out, list_files=False):
+    """Drops the recovery scripts DeepSpeed 0.19.8 copies next to every ZeRO checkpoint
+    (zero_to_fp32.py, zero_to_torch.py: nothing loads them) and prints the total size of `out`."""
+    total = 0
+    for root, _, files in sorted(os.walk(out)):
+        for fn in sorted(files):
+            p = os.path.join(root, fn)
+            if fn in ("zero_to_fp32.py", "zero_to_torch.py"):
+                os.remove(p)
+                continue
+            total += os.path.getsize(p)
+            if list_files:
+                print(f"{os.path.getsize(p):8d}  {os.path.relpath(p, out)}")
+    print(f"[make] total {total} bytes in {out}")
+
+
 def main(argv=None):
     args = parse_args(argv)
     if args.worker:
@@ -254,34 +289,11 @@ def main(argv=None):
            "--steps", str(args.steps)] + (["--bf16"] if args.bf16 else [])
     subprocess.run(torchrun_cmd(args.dp, os.path.abspath(__file__), fwd), env=env, check=True)
 
-    native = os.path.join(args.out, "native")
-    with open(os.path.join(native, "latest")) as f:
-        tag = f.read().strip()
-    universal = os.path.join(args.out, "universal", f"{tag}_universal")
-    os.makedirs(os.path.dirname(universal), exist_ok=True)
     # A plain torch model does not write 'universal_checkpoint_info' into the model states, so the
     # converter needs --inject_missing_state (it injects {universal_checkpoint_version: ...} in
     # memory only; the copied mp_rank_* files are unchanged).
-    subprocess.run([
-        sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder",
-        os.path.join(native, tag), "--output_folder", universal, "--num_extract_workers", "1",
-        "--num_merge_workers", "1", "--inject_missing_state"
-    ],
-                   env=env,
-                   check=True)
-    # DeepSpeed 0.19.8 copies its recovery scripts zero_to_fp32.py and zero_to_torch.py next to the
-    # checkpoint (<out>/native/); nothing loads them, so drop them to keep the example small.
-    for root, _, files in os.walk(args.out):
-        for fn in files:
-            if fn in ("zero_to_fp32.py", "zero_to_torch.py"):
-                os.remove(os.path.join(root, fn))
-    total = 0
-    for root, _, files in sorted(os.walk(args.out)):
-        for fn in sorted(files):
-            p = os.path.join(root, fn)
-            total += os.path.getsize(p)
-            print(f"{os.path.getsize(p):8d}  {os.path.relpath(p, args.out)}")
-    print(f"[make] total {total} bytes in {args.out}")
+    to_universal(os.path.join(args.out, "native"), os.path.join(args.out, "universal"), inject_missing_state=True)
+    finish_output(args.out, list_files=True)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from make_tiny_checkpoint import cpu_env, optimizer_step, torchrun_cmd  # noqa: E402
+from make_tiny_checkpoint import cpu_env, finish_output, optimizer_step, to_universal, torchrun_cmd  # noqa: E402
 
 VOCAB = 128
 HIDDEN = 64
@@ -293,29 +293,10 @@ def main(argv=None):
     subprocess.run(torchrun_cmd(args.tp * args.dp, script, fwd_args(args)), env=env, check=True)
 
     native = os.path.join(args.out, "native")
-    with open(os.path.join(native, "latest")) as f:
-        tag = f.read().strip()
-    universal = os.path.join(args.out, "universal", f"{tag}_universal")
-    os.makedirs(os.path.dirname(universal), exist_ok=True)
     # AutoTP attaches universal_checkpoint_info to the model and save_checkpoint stores it in every
     # mp_rank_XX_model_states.pt, so --inject_missing_state is not needed.
-    subprocess.run([
-        sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder",
-        os.path.join(native, tag), "--output_folder", universal, "--num_extract_workers", "1",
-        "--num_merge_workers", "1"
-    ],
-                   env=env,
-                   check=True)
-    for root, _, files in os.walk(args.out):
-        for fn in files:
-            if fn in ("zero_to_fp32.py", "zero_to_torch.py"):
-                os.remove(os.path.join(root, fn))
-    total = 0
-    for root, _, files in sorted(os.walk(args.out)):
-        for fn in sorted(files):
-            p = os.path.join(root, fn)
-            total += os.path.getsize(p)
-    print(f"[make] total {total} bytes in {args.out}")
+    to_universal(native, os.path.join(args.out, "universal"), inject_missing_state=False)
+    finish_output(args.out)
 
 
 if __name__ == "__main__":

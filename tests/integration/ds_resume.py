@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -79,16 +78,9 @@ def train_uninterrupted(zero_stage: int, dp: int, out_dir: Path, bf16: bool = Fa
 
 
 def to_universal(native_dir: Path, universal_parent: Path) -> Path:
-    """DeepSpeed's ds_to_universal of native_dir's latest tag into universal_parent/<tag>_universal (it writes
-    universal_parent/latest_universal too), with make_tiny_checkpoint.py's flags; returns universal_parent."""
-    tag = (native_dir / "latest").read_text().strip()
-    cmd = [sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder", str(native_dir / tag),
-           "--output_folder", str(universal_parent / f"{tag}_universal"), "--num_extract_workers", "1",
-           "--num_merge_workers", "1", "--inject_missing_state"]  # fmt: skip
-    done = subprocess.run(cmd, env=tiny.cpu_env(), capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S)
-    if done.returncode != 0 or not (universal_parent / "latest_universal").is_file():
-        raise RuntimeError(f"ds_to_universal failed (rc={done.returncode}): {' '.join(cmd)}\n"
-                           f"--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-6000:]}")  # fmt: skip
+    """DeepSpeed's ds_to_universal of native_dir's latest tag into universal_parent (make_tiny_checkpoint's
+    converter call, flags included); returns universal_parent."""
+    tiny.to_universal(str(native_dir), str(universal_parent), inject_missing_state=True, timeout=LAUNCH_TIMEOUT_S)
     return universal_parent
 
 
