@@ -19,7 +19,8 @@ void AddTargetFlags(CLI::App* command, TargetFlags& flags) {
       ->check(CLI::IsMember({"fp32", "float32", "bf16", "bfloat16", "fp16", "float16", "half"}));
   command->add_option("--ds-config", flags.ds_config, "The resuming run's DeepSpeed config (JSON)");
   command->add_option("--model-config", flags.model_config,
-                      "The model's Hugging Face config.json (KV heads, for AutoTP shard sizes)");
+                      "The model's Hugging Face config.json (KV heads for AutoTP shard sizes; model_type for the "
+                      "built-in AutoTP rules a checkpoint saved without TP needs at TP > 1)");
   command->add_option("--padded-vocab", flags.padded_vocab, "Target vocab rows summed over TP ranks (vocab-padded tensors)")
       ->check(CLI::PositiveNumber);
   command->add_option("--tag", flags.tag, "Checkpoint tag to serve (default: the universal tag without _universal)");

@@ -22,25 +22,14 @@ Status CheckTarget(const Target& t) {
                            ": both must be at least 1");
   }
   if (t.tp_size >= 100) return InvalidArgument("TP must stay below 100 (DeepSpeed sorts mp_rank_XX names as text)");
-  if (t.zero_stage == 3 && t.tp_size > 1) {
-    return Unsupported("a ZeRO-3 target with TP " + std::to_string(t.tp_size) +
-                       " needs the model's AutoTP layout, which is not planned yet");
-  }
   return Status::Ok();
 }
 
 Status PlanZero12(const ucp::UniversalCheckpoint& ckpt, const Target& target, SourceTable& sources,
                   std::vector<FilePlan>& model_files, std::vector<FilePlan>& optim_files) {
-  Zero12Target z;
-  z.tp_size = target.tp_size;
-  z.dp_size = target.dp_size;
-  z.options.round_robin_gradients = target.round_robin_gradients;
-  z.padded_vocab_rows = target.padded_vocab_rows;
-  z.num_kv_heads = target.num_kv_heads;
-  z.tp_grain_size = target.tp_grain_size;
   for (int t = 0; t < target.tp_size; ++t) {
     for (int r = 0; r < target.dp_size; ++r) {
-      RS_ASSIGN_OR_RETURN(std::vector<RankGroupPartition> groups, PlanZero12Rank(ckpt, z, t, r, sources));
+      RS_ASSIGN_OR_RETURN(std::vector<RankGroupPartition> groups, PlanZero12Rank(ckpt, target, t, r, sources));
       if (r == 0) {
         std::vector<ParamShapeGroup> shapes;
         for (const RankGroupPartition& g : groups) {
@@ -61,33 +50,21 @@ Status PlanZero12(const ucp::UniversalCheckpoint& ckpt, const Target& target, So
   return Status::Ok();
 }
 
-// The logical (full) shape ZeRO-3 records for a parameter in param_shapes.
-std::vector<int64_t> FullShape(const ucp::ParamEntry& p) {
-  if (p.bare_tensor && !p.tp_shapes.empty()) return p.tp_shapes[0];
-  return p.full_shape;
-}
-
+// ZeRO-3 writes one model-states and one optimizer file per TP x DP rank.
 Status PlanZero3(const ucp::UniversalCheckpoint& ckpt, const Target& target, SourceTable& sources,
                  std::vector<FilePlan>& model_files, std::vector<FilePlan>& optim_files) {
-  Zero3Target z;
-  z.tp_size = target.tp_size;
-  z.dp_size = target.dp_size;
-  z.sub_group_size = target.sub_group_size;
-  for (int r = 0; r < target.dp_size; ++r) {
-    RS_ASSIGN_OR_RETURN(std::vector<RankSubGroup> subs, PlanZero3Rank(ckpt, z, r, sources));
-    std::vector<ParamShapeGroup> shapes;
-    for (const RankSubGroup& sub : subs) {
-      ParamShapeGroup s;
-      for (const std::string& name : sub.param_names) {
-        s.names.push_back(name);
-        s.shapes.push_back(FullShape(*ckpt.FindParam(name)));
+  for (int t = 0; t < target.tp_size; ++t) {
+    for (int r = 0; r < target.dp_size; ++r) {
+      RS_ASSIGN_OR_RETURN(std::vector<RankSubGroup> subs, PlanZero3Rank(ckpt, target, t, r, sources));
+      std::vector<ParamShapeGroup> shapes;
+      for (const RankSubGroup& sub : subs) {
+        shapes.push_back(ParamShapeGroup{sub.param_names, sub.local_shapes});
       }
-      shapes.push_back(std::move(s));
+      RS_ASSIGN_OR_RETURN(FilePlan model, PlanModelStatesFile(ckpt, target, t, r, shapes, sources));
+      model_files.push_back(std::move(model));
+      RS_ASSIGN_OR_RETURN(FilePlan optim, PlanZero3OptimFile(ckpt, target, t, r, subs, sources));
+      optim_files.push_back(std::move(optim));
     }
-    RS_ASSIGN_OR_RETURN(FilePlan model, PlanModelStatesFile(ckpt, target, 0, r, shapes, sources));
-    model_files.push_back(std::move(model));
-    RS_ASSIGN_OR_RETURN(FilePlan optim, PlanZero3OptimFile(ckpt, target, 0, r, subs, sources));
-    optim_files.push_back(std::move(optim));
   }
   return Status::Ok();
 }

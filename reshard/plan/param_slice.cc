@@ -4,6 +4,9 @@
 #include <utility>
 #include <vector>
 
+#include "reshard/layout/autotp_rules.h"
+#include "reshard/view/gather.h"
+
 namespace reshard::plan {
 namespace {
 
@@ -39,15 +42,25 @@ uint64_t Numel(const std::vector<int64_t>& shape) {
   return n;
 }
 
-// The restore metadata the target's AutoTP layer would carry for an affine-mapped parameter.
-Result<layout::AutoTpRestoreMeta> TargetAutoTpMeta(const ucp::AffineSplit& split, const ucp::ParamEntry& p,
-                                                   const Target& target) {
+// The logical shape of a parameter: a bare tensor is stored flattened and param_shapes has its
+// shape (checked against the stored numel when the checkpoint was opened).
+std::vector<int64_t> LogicalShape(const ucp::ParamEntry& p) {
+  if (p.bare_tensor && !p.tp_shapes.empty()) return p.tp_shapes[0];
+  return p.full_shape;
+}
+
+// The restore metadata of an AutoTP layer that holds `p` whole (no `dim`) or split along `dim`.
+Result<layout::AutoTpRestoreMeta> SplitMeta(const ucp::ParamEntry& p, const std::vector<int64_t>& logical_shape,
+                                            std::optional<int> dim, const Target& target) {
   layout::AutoTpRestoreMeta meta;
-  if (!split.partition_dim) {
+  if (!dim) {
     meta.replicated = true;
     return meta;
   }
-  const int dim = *split.partition_dim;
+  if (*dim < 0 || static_cast<size_t>(*dim) >= logical_shape.size()) {
+    return Unsupported("parameter '" + p.name + "' has " + std::to_string(logical_shape.size()) +
+                       " dims; AutoTP splits it along dim " + std::to_string(*dim));
+  }
   if (target.tp_size > 1 && !target.num_kv_heads) {
     return InvalidArgument("parameter '" + p.name + "' is split by AutoTP: a TP " + std::to_string(target.tp_size) +
                            " target needs the model's num_key_value_heads (pass --model-config config.json)");
@@ -55,15 +68,45 @@ Result<layout::AutoTpRestoreMeta> TargetAutoTpMeta(const ucp::AffineSplit& split
   // AutoTP names the layer, not the parameter: "model.layers.0.mlp.up_proj" for ".weight".
   const std::string layer = p.name.substr(0, p.name.rfind('.'));
   RS_ASSIGN_OR_RETURN(std::vector<int64_t> sizes,
-                      layout::GetShardSizeList(split.logical_shape[static_cast<size_t>(dim)], target.tp_size, layer,
+                      layout::GetShardSizeList(logical_shape[static_cast<size_t>(*dim)], target.tp_size, layer,
                                                target.num_kv_heads, target.tp_grain_size));
-  meta.partition_dim = dim;
-  meta.logical_shape = split.logical_shape;
+  meta.partition_dim = *dim;
+  meta.logical_shape = logical_shape;
   meta.partition_sizes = std::move(sizes);
   return meta;
 }
 
+// A bare tensor's slice is reported in its logical shape when it is the whole tensor.
+void UseLogicalShape(const ucp::ParamEntry& p, layout::TpSlice& slice) {
+  const std::vector<int64_t> logical = LogicalShape(p);
+  if (p.bare_tensor && Numel(logical) == Numel(slice.local_shape)) slice.local_shape = logical;
+}
+
 }  // namespace
+
+Result<std::optional<layout::AutoTpRestoreMeta>> TargetAutoTpMeta(const ucp::UniversalCheckpoint& ckpt,
+                                                                  const ucp::ParamEntry& p, const Target& target) {
+  using Meta = std::optional<layout::AutoTpRestoreMeta>;
+  if (const ucp::AffineSplit* split = ckpt.FindAffineSplit(p.name)) {
+    RS_ASSIGN_OR_RETURN(layout::AutoTpRestoreMeta meta, SplitMeta(p, split->logical_shape, split->partition_dim, target));
+    return Meta(std::move(meta));
+  }
+  // A checkpoint saved at TP 1 says nothing about a TP split: the converter's cat_dim 0 is a
+  // default, and bare tensors have no category at all.
+  if (ckpt.tp_degree() != 1 || target.tp_size == 1) return Meta();
+  if (target.model_type.empty()) {
+    if (!target.autotp && !p.bare_tensor) return Meta();  // a non-AutoTP target: the categories decide
+    return InvalidArgument("parameter '" + p.name + "': the checkpoint was saved without TP, so its split at TP " +
+                           std::to_string(target.tp_size) +
+                           " must come from the model's AutoTP layout (pass --model-config config.json)");
+  }
+  RS_ASSIGN_OR_RETURN(layout::AutoTpRole role,
+                      layout::BuiltinAutoTpRule(target.model_type, p.name, target.tied_word_embeddings));
+  std::optional<int> dim;
+  if (role != layout::AutoTpRole::kReplicated) dim = layout::SplitDim(role);
+  RS_ASSIGN_OR_RETURN(layout::AutoTpRestoreMeta meta, SplitMeta(p, LogicalShape(p), dim, target));
+  return Meta(std::move(meta));
+}
 
 Result<layout::TpSlice> SliceParam(const ucp::UniversalCheckpoint& ckpt, const ucp::ParamEntry& p,
                                    const Target& target, int tp_rank) {
@@ -71,14 +114,11 @@ Result<layout::TpSlice> SliceParam(const ucp::UniversalCheckpoint& ckpt, const u
   if (p.categories.is_expert_param.value_or(false)) {
     return Unsupported("parameter '" + p.name + "': AutoEP expert tensors are not served yet");
   }
-  if (p.bare_tensor && tp_size > 1) {
+  RS_ASSIGN_OR_RETURN(std::optional<layout::AutoTpRestoreMeta> meta, TargetAutoTpMeta(ckpt, p, target));
+  if (p.bare_tensor && tp_size > 1 && !meta) {
     return Unsupported("parameter '" + p.name +
                        "' is a bare tensor (a ZeRO-3 conversion without TP); a TP > 1 target needs "
                        "its AutoTP layout");
-  }
-  std::optional<layout::AutoTpRestoreMeta> meta;
-  if (const ucp::AffineSplit* split = ckpt.FindAffineSplit(p.name)) {
-    RS_ASSIGN_OR_RETURN(meta, TargetAutoTpMeta(*split, p, target));
   }
   std::optional<int64_t> vocab_rows;
   if (!meta) {  // DeepSpeed pads vocab tensors only when the target parameter has no AutoTP metadata
@@ -87,11 +127,29 @@ Result<layout::TpSlice> SliceParam(const ucp::UniversalCheckpoint& ckpt, const u
   auto slice = layout::SliceForRank(p.full_shape, ToLayoutCategory(p.categories), meta ? &*meta : nullptr,
                                     vocab_rows, tp_size, tp_rank);
   if (!slice.ok()) return slice.status().Annotate("parameter '" + p.name + "'");
-  // A bare tensor is the flattened parameter; at TP 1 its slice is all of it, in the logical
-  // shape param_shapes recorded (checked against the stored numel when the checkpoint was opened).
-  if (p.bare_tensor && !p.tp_shapes.empty() && Numel(p.tp_shapes[0]) == Numel(slice->local_shape)) {
-    slice->local_shape = p.tp_shapes[0];
+  UseLogicalShape(p, *slice);
+  return slice;
+}
+
+Result<layout::TpSlice> SliceParamZero3(const ucp::UniversalCheckpoint& ckpt, const ucp::ParamEntry& p,
+                                        const Target& target, int tp_rank) {
+  if (p.categories.is_expert_param.value_or(false)) {
+    return Unsupported("parameter '" + p.name + "': AutoEP expert tensors are not served yet");
   }
+  RS_ASSIGN_OR_RETURN(std::optional<layout::AutoTpRestoreMeta> meta, TargetAutoTpMeta(ckpt, p, target));
+  if (!meta) {
+    if (target.tp_size > 1) {
+      return Unsupported("parameter '" + p.name + "': a ZeRO-3 target with TP " + std::to_string(target.tp_size) +
+                         " splits only parameters with an AutoTP layout, and this one has none");
+    }
+    layout::TpSlice whole;
+    whole.local_shape = LogicalShape(p);
+    view::AppendGather(whole.gather, view::Gather::Source(0, Numel(whole.local_shape)));
+    return whole;
+  }
+  auto slice = layout::SliceForRank(p.full_shape, layout::UcpCategory{}, &*meta, std::nullopt, target.tp_size, tp_rank);
+  if (!slice.ok()) return slice.status().Annotate("parameter '" + p.name + "'");
+  UseLogicalShape(p, *slice);
   return slice;
 }
 

@@ -32,6 +32,13 @@ struct Target {
   // num_key_value_heads (HF config.json) and tensor_parallel.tp_grain_size.
   std::optional<int64_t> num_kv_heads;
   int64_t tp_grain_size = 1;
+  // The target runs AutoTP: its ds_config sets tensor_parallel.autotp_size > 1. A checkpoint
+  // saved without TP then needs the model's AutoTP layout (model_type below) to be split.
+  bool autotp = false;
+  // The model config's model_type and tie_word_embeddings: with a checkpoint saved without TP,
+  // a non-empty model_type selects layout::BuiltinAutoTpRule for every parameter at TP > 1.
+  std::string model_type;
+  bool tied_word_embeddings = false;
   // The checkpoint tag the files are served under; empty: the universal tag without its
   // "_universal" suffix (global_step3_universal -> global_step3).
   std::string tag;

@@ -153,6 +153,10 @@ Result<ModelConfig> ParseModelConfig(const nlohmann::ordered_json& config) {
   }
   if (kv && *kv < 1) return InvalidArgument("the model config: num_key_value_heads must be at least 1");
   out.num_kv_heads = kv;
+  RS_ASSIGN_OR_RETURN(std::optional<std::string> type, view.Str({"model_type"}));
+  out.model_type = type.value_or("");
+  RS_ASSIGN_OR_RETURN(std::optional<bool> tied, view.Bool({"tie_word_embeddings"}));
+  out.tie_word_embeddings = tied.value_or(false);
   return out;
 }
 
@@ -213,6 +217,9 @@ Result<Target> ResolveTarget(const ucp::UniversalCheckpoint& ckpt, const nlohman
   if (grain && *grain < 1) return InvalidArgument("tensor_parallel.tp_grain_size must be at least 1");
   t.tp_grain_size = grain.value_or(1);
   t.num_kv_heads = model.num_kv_heads;
+  t.model_type = model.model_type;
+  t.tied_word_embeddings = model.tie_word_embeddings;
+  t.autotp = tp && *tp > 1;
   t.padded_vocab_rows = o.padded_vocab_rows;
   t.tag = o.tag;
   t.ds_config = ds_config;

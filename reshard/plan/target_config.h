@@ -42,9 +42,12 @@ struct TargetOverrides {
 // The model facts AutoTP's shard sizes need, from a Hugging Face config.json.
 struct ModelConfig {
   std::optional<int64_t> num_kv_heads;  // num_key_value_heads, else num_attention_heads
+  std::string model_type;               // e.g. "llama"; empty when absent
+  bool tie_word_embeddings = false;     // absent: false, as for every family with built-in AutoTP rules
 };
 
-// Errors (kInvalidArgument naming the key): a head count that is not a positive integer.
+// Errors (kInvalidArgument naming the key): a head count that is not a positive integer, a
+// model_type that is not a string, a tie_word_embeddings that is not a bool.
 Result<ModelConfig> ParseModelConfig(const nlohmann::ordered_json& config);
 
 // `ds_config`: the parsed target ds_config.json, or null when none was given.

@@ -41,18 +41,15 @@ Result<ExtentList> StateExtents(const std::vector<const ucp::ParamEntry*>& param
 }  // namespace
 
 Result<std::vector<RankGroupPartition>> PlanZero12Rank(const ucp::UniversalCheckpoint& ckpt,
-                                                       const Zero12Target& target, int tp_rank,
+                                                       const Target& target, int tp_rank,
                                                        int dp_rank, SourceTable& sources) {
   if (target.dp_size < 1 || dp_rank < 0 || dp_rank >= target.dp_size) {
     return InvalidArgument("DP rank " + std::to_string(dp_rank) + " outside [0, " +
                            std::to_string(target.dp_size) + ")");
   }
   RS_ASSIGN_OR_RETURN(auto groups, OptimizerGroups(ckpt));
-  Target slicing;  // what SliceParam reads of the target
-  slicing.tp_size = target.tp_size;
-  slicing.padded_vocab_rows = target.padded_vocab_rows;
-  slicing.num_kv_heads = target.num_kv_heads;
-  slicing.tp_grain_size = target.tp_grain_size;
+  layout::Zero12Options options;
+  options.round_robin_gradients = target.round_robin_gradients;
   std::vector<RankGroupPartition> out;
   for (const auto& params : groups) {
     RankGroupPartition g;
@@ -60,14 +57,14 @@ Result<std::vector<RankGroupPartition>> PlanZero12Rank(const ucp::UniversalCheck
     std::vector<layout::FlatParam> flat;
     for (const ucp::ParamEntry* p : params) {
       RS_ASSIGN_OR_RETURN(layout::TpSlice slice,
-                          SliceParam(ckpt, *p, slicing, tp_rank));
+                          SliceParam(ckpt, *p, target, tp_rank));
       flat.push_back(layout::FlatParam{p->name, Numel(slice.local_shape), true});
       g.param_names.push_back(p->name);
       g.local_shapes.push_back(slice.local_shape);
       slices.push_back(std::move(slice));
     }
     RS_ASSIGN_OR_RETURN(g.layout, layout::PartitionZero12(flat, static_cast<uint32_t>(target.dp_size),
-                                                          static_cast<uint32_t>(dp_rank), target.options));
+                                                          static_cast<uint32_t>(dp_rank), options));
     for (const char* state : kStates) {
       RS_ASSIGN_OR_RETURN(g.states[state], StateExtents(params, slices, g.layout, state, sources));
     }

@@ -28,21 +28,10 @@
 #include "reshard/base/status.h"
 #include "reshard/layout/zero_partition.h"
 #include "reshard/plan/extent.h"
+#include "reshard/plan/target.h"
 #include "reshard/ucp/universal_checkpoint.h"
 
 namespace reshard::plan {
-
-struct Zero12Target {
-  int tp_size = 1;
-  int dp_size = 1;
-  layout::Zero12Options options;
-  // Rows of a vocab tensor in the target model summed over TP ranks (its local rows * T). When
-  // unset, universal_checkpoint_info's padded_vocab_size is used if T divides it.
-  std::optional<int64_t> padded_vocab_rows;
-  // AutoTP shard sizes of affine-mapped parameters (see Target).
-  std::optional<int64_t> num_kv_heads;
-  int64_t tp_grain_size = 1;
-};
 
 struct RankGroupPartition {
   std::vector<std::string> param_names;         // the group's params, in param-group order
@@ -51,9 +40,10 @@ struct RankGroupPartition {
   std::map<std::string, ExtentList> states;     // "fp32", "exp_avg", "exp_avg_sq": ps elements each
 };
 
-// One entry per optimizer param group, in group order. `sources` receives the files read.
+// One entry per optimizer param group, in group order. Reads the target's TP and DP sizes,
+// round_robin_gradients and what SliceParam reads. `sources` receives the files read.
 Result<std::vector<RankGroupPartition>> PlanZero12Rank(const ucp::UniversalCheckpoint& checkpoint,
-                                                       const Zero12Target& target, int tp_rank,
+                                                       const Target& target, int tp_rank,
                                                        int dp_rank, SourceTable& sources);
 
 }  // namespace reshard::plan

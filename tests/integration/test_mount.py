@@ -132,5 +132,6 @@ def test_refusal_mounts_nothing(reshardfs: Path, run_tool, tmp_path: Path) -> No
     result = run_tool(reshardfs, "mount", UCP, mnt, "--zero-stage", "3", "--tp", "2", "-f")
     assert result.returncode == 1, result
     assert result.stderr.strip().splitlines() == [
-        "reshardfs: error: a ZeRO-3 target with TP 2 needs the model's AutoTP layout, which is not planned yet"], result
+        "reshardfs: error: parameter 'fc1.weight': a ZeRO-3 target with TP 2 splits only parameters with an AutoTP "
+        "layout, and this one has none"], result
     assert not os.path.ismount(mnt)

@@ -130,7 +130,16 @@ def test_plan_reports_sizes_and_amplification(reshardfs: Path, run_tool, tmp_pat
 
 REFUSALS = {
     # id: (flags, the one error line)
-    "zero3_tp2": (["--zero-stage", "3", "--tp", "2"], "a ZeRO-3 target with TP 2 needs the model's AutoTP layout"),
+    "zero3_tp2": (["--zero-stage", "3", "--tp", "2"],
+                  "a ZeRO-3 target with TP 2 splits only parameters with an AutoTP layout, and this one has none"),
+    "autotp_target_of_a_checkpoint_without_tp": (
+        ["--ds-config", "{autotp2}"],
+        "the checkpoint was saved without TP, so its split at TP 2 must come from the model's AutoTP layout "
+        "(pass --model-config config.json)"),
+    "autotp_unknown_model_type": (["--tp", "2", "--model-config", "{gpt2_model}"],
+                                  "no built-in AutoTP rules for model_type 'gpt2' (reshardfs knows: llama)"),
+    "autotp_rule_missing": (["--tp", "2", "--model-config", "{llama_model}"],
+                            "no built-in AutoTP rule of model_type 'llama' matches it"),
     "bf16_optimizer": (["--ds-config", "{bf16_optimizer}"], "runs DeepSpeed's BF16_Optimizer"),
     "batch_not_divisible": (["--ds-config", "{bad_batch}"], "train_batch_size 10 is not a multiple of"),
     "missing_config": (["--ds-config", "/nonexistent/ds_config.json"], "/nonexistent/ds_config.json: cannot open"),
@@ -145,11 +154,14 @@ def test_refusals(refusal: str, reshardfs: Path, run_tool, tmp_path: Path) -> No
         "{bf16_optimizer}": {"zero_optimization": {"stage": 1}, "bf16": {"enabled": True},
                              "data_types": {"grad_accum_dtype": "fp32"}},
         "{bad_batch}": {"train_batch_size": 10, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1},
+        "{autotp2}": {"zero_optimization": {"stage": 1}, "tensor_parallel": {"autotp_size": 2}},
+        "{gpt2_model}": {"model_type": "gpt2", "num_attention_heads": 4},
+        "{llama_model}": {"model_type": "llama", "num_attention_heads": 4, "num_key_value_heads": 2},
     }
     argv = []
     for flag in flags:
         if flag in configs:
-            path = tmp_path / "ds_config.json"
+            path = tmp_path / "config.json"
             path.write_text(json.dumps(configs[flag]))
             flag = str(path)
         argv.append(flag)

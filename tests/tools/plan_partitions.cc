@@ -70,10 +70,13 @@ Status Run(const std::string& ucp_path, int tp, int dp, int stage, const std::st
   plan::SourceTable sources;
   std::map<uint32_t, reshard::MappedFile> mapped;
   nlohmann::ordered_json manifest = nlohmann::ordered_json::array();
+  plan::Target target;
+  target.tp_size = tp;
+  target.dp_size = dp;
   for (int t = 0; t < tp; ++t) {
     for (int r = 0; r < dp; ++r) {
       if (stage == 3) {
-        RS_ASSIGN_OR_RETURN(auto subs, plan::PlanZero3Rank(ckpt, plan::Zero3Target{tp, dp}, r, sources));
+        RS_ASSIGN_OR_RETURN(auto subs, plan::PlanZero3Rank(ckpt, target, t, r, sources));
         for (size_t g = 0; g < subs.size(); ++g) {
           manifest.push_back({{"tp_rank", t}, {"dp_rank", r}, {"group", g}, {"param_group", subs[g].param_group},
                               {"partition_numel", subs[g].flat_numel}, {"params", subs[g].param_names}});
@@ -81,9 +84,6 @@ Status Run(const std::string& ucp_path, int tp, int dp, int stage, const std::st
         }
         continue;
       }
-      plan::Zero12Target target;
-      target.tp_size = tp;
-      target.dp_size = dp;
       RS_ASSIGN_OR_RETURN(auto groups, plan::PlanZero12Rank(ckpt, target, t, r, sources));
       for (size_t g = 0; g < groups.size(); ++g) {
         const plan::RankGroupPartition& part = groups[g];

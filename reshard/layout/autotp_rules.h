@@ -1,0 +1,48 @@
+// AutoTP rules: how DeepSpeed's AutoTP (training mode, tensor_parallel.autotp_size) splits each
+// parameter of a Hugging Face decoder family, for checkpoints that do not say it themselves.
+//
+// A universal checkpoint converted from a run without TP (TP degree 1: no AutoTP layers, so no
+// affine_map, and the converter's default cat_dim 0 on every parameter) or from ZeRO-3 (bare
+// tensors, no categories at all) carries nothing about how an AutoTP run of TP > 1 will cut its
+// parameters. DeepSpeed's own loader takes that from the live AutoTP layers of the resuming
+// model; the planner has no model, so it takes it from these rules, keyed by the model config's
+// `model_type`.
+//
+// Only families whose rules were checked against the installed DeepSpeed are listed (see
+// BuiltinAutoTpRule): for `llama`, the affine_map a real DeepSpeed 0.19.8 AutoTP TP=2 run stored
+// (examples/tiny_llama_tp2) and DeepSpeed's own load_universal of a TP 1 Llama checkpoint at
+// TP 2 (tests/integration/test_llama_resume.py). Everything else is refused rather than guessed.
+// Pure functions. Public header: C++17.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "reshard/base/status.h"
+
+namespace reshard::layout {
+
+// How AutoTP's layer for a parameter holds it on a TP rank.
+enum class AutoTpRole {
+  kReplicated,  // every rank holds the whole tensor (embeddings, norms)
+  kColumn,      // LinearLayer: split along dim 0 (output features) with AutoTP's shard sizes
+  kRow,         // LinearAllreduce: split along dim 1 (input features) with AutoTP's shard sizes
+};
+
+// The dim a role splits (kColumn 0, kRow 1); -1 for kReplicated.
+int SplitDim(AutoTpRole role);
+
+// The model types BuiltinAutoTpRule knows, sorted.
+std::vector<std::string> BuiltinAutoTpModelTypes();
+
+// The role of parameter `param_name` (as named in the checkpoint, e.g.
+// "model.layers.0.self_attn.q_proj.weight") in an AutoTP run of model family `model_type`.
+// `tied_word_embeddings`: the model config's tie_word_embeddings (AutoTP gives a tied head a
+// special layer these rules do not describe).
+// Errors (kUnsupported, naming the parameter or type): an unlisted model_type, a tied model, a
+// parameter no rule of the family matches (biases included: none was checked yet).
+Result<AutoTpRole> BuiltinAutoTpRule(std::string_view model_type, std::string_view param_name,
+                                     bool tied_word_embeddings);
+
+}  // namespace reshard::layout
