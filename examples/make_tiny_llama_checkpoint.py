@@ -17,7 +17,7 @@ What it does:
      config.json;
   4. runs `python -m deepspeed.checkpoint.ds_to_universal --input_folder <out>/native/<tag>
      --output_folder <out>/universal/<tag>_universal --num_extract_workers 1 --num_merge_workers 1`
-     (no --inject_missing_state: AutoTP stores its own universal_checkpoint_info), which also
+     (--inject_missing_state only at TP 1: AutoTP stores its own universal_checkpoint_info), which also
      writes <out>/universal/latest_universal;
   5. removes <out>/native/zero_to_fp32.py and zero_to_torch.py.
 
@@ -293,9 +293,10 @@ def main(argv=None):
     subprocess.run(torchrun_cmd(args.tp * args.dp, script, fwd_args(args)), env=env, check=True)
 
     native = os.path.join(args.out, "native")
-    # AutoTP attaches universal_checkpoint_info to the model and save_checkpoint stores it in every
-    # mp_rank_XX_model_states.pt, so --inject_missing_state is not needed.
-    to_universal(native, os.path.join(args.out, "universal"), inject_missing_state=False)
+    # With TP > 1, AutoTP attaches universal_checkpoint_info to the model and save_checkpoint stores
+    # it in every mp_rank_XX_model_states.pt. A TP 1 run has no AutoTP layers and stores none, so
+    # the converter must inject it, as for any plain model.
+    to_universal(native, os.path.join(args.out, "universal"), inject_missing_state=args.tp == 1)
     finish_output(args.out)
 
 
