@@ -79,7 +79,9 @@ def param_groups(model):
     ]
 
 
-def ds_config(dp, zero_stage, bf16=False, load_universal=False):
+def ds_config(dp, zero_stage, bf16=False, load_universal=False, offload=False):
+    """The run's DeepSpeed config. offload: ZeRO-Offload of the optimizer to the CPU, which runs
+    DeepSpeedCPUAdam (a JIT-built op, about 2 min to build once), whose state['step'] is a Python int."""
     cfg = {
         "train_batch_size": GLOBAL_BATCH,
         "train_micro_batch_size_per_gpu": GLOBAL_BATCH // dp,
@@ -110,6 +112,9 @@ def ds_config(dp, zero_stage, bf16=False, load_universal=False):
     }
     if load_universal:
         cfg["checkpoint"] = {"load_universal": True}
+    if offload:
+        cfg["optimizer"]["params"]["torch_adam"] = False
+        cfg["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
     return cfg
 
 
@@ -158,12 +163,12 @@ def cpu_env():
     return env
 
 
-def init_deepspeed(model, dp, zero_stage, bf16=False, load_universal=False):
+def init_deepspeed(model, dp, zero_stage, bf16=False, load_universal=False, offload=False):
     import deepspeed
     deepspeed.init_distributed(dist_backend="gloo")
     engine, optimizer, _, scheduler = deepspeed.initialize(model=model,
                                                            model_parameters=param_groups(model),
-                                                           config=ds_config(dp, zero_stage, bf16, load_universal))
+                                                           config=ds_config(dp, zero_stage, bf16, load_universal, offload))
     return engine, optimizer, scheduler
 
 

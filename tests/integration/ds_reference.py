@@ -34,7 +34,7 @@ REFERENCE_TRAIN_STEPS = 3
 
 
 def dump_target_states(ucp_parent: Path, zero_stage: int, dp: int, out_dir: Path, bf16: bool = False,
-                       train_steps: int = 0) -> list[Path]:
+                       train_steps: int = 0, offload: bool = False) -> list[Path]:
     """Load the universal checkpoint under `ucp_parent` (the folder holding latest_universal) into a
     ZeRO-`zero_stage`, DP=`dp` engine; returns out_dir/rank_0.pt ... rank_<dp-1>.pt.
     Raises RuntimeError with the launcher's output if DeepSpeed fails."""
@@ -43,6 +43,8 @@ def dump_target_states(ucp_parent: Path, zero_stage: int, dp: int, out_dir: Path
             "--out", str(out_dir.resolve())] + (["--bf16"] if bf16 else [])  # fmt: skip
     if train_steps > 0:
         argv += ["--train-steps", str(train_steps)]
+    if offload:
+        argv.append("--offload")
     cmd = tiny.torchrun_cmd(dp, str(Path(__file__).resolve()), argv)
     start = time.monotonic()
     done = subprocess.run(cmd, env=tiny.cpu_env(), capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S)
@@ -57,14 +59,15 @@ def dump_target_states(ucp_parent: Path, zero_stage: int, dp: int, out_dir: Path
 
 
 def cached_target_states(root: Path, ucp_parent: Path, zero_stage: int, dp: int, bf16: bool = False,
-                         train_steps: int = 0) -> list[Path]:
+                         train_steps: int = 0, offload: bool = False) -> list[Path]:
     """dump_target_states into root/z<stage>_dp<dp>[_bf16][_train<N>], run only if that folder is not complete yet.
     `root` must belong to one UCP; a per-session temp folder lets every test module share one run per layout."""
-    out_dir = root / f"z{zero_stage}_dp{dp}{'_bf16' if bf16 else ''}{f'_train{train_steps}' if train_steps > 0 else ''}"
+    out_dir = root / (f"z{zero_stage}_dp{dp}{'_bf16' if bf16 else ''}{'_offload' if offload else ''}"
+                      f"{f'_train{train_steps}' if train_steps > 0 else ''}")
     done = out_dir / "DONE"
     if done.is_file():
         return [out_dir / f"rank_{r}.pt" for r in range(dp)]
-    files = dump_target_states(ucp_parent, zero_stage, dp, out_dir, bf16, train_steps)
+    files = dump_target_states(ucp_parent, zero_stage, dp, out_dir, bf16, train_steps, offload)
     done.touch()
     return files
 
@@ -134,7 +137,8 @@ def _worker(args: argparse.Namespace) -> None:
     import torch.distributed as dist
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)
-    engine, _, _ = tiny.init_deepspeed(tiny.build_model(), args.dp, args.zero_stage, args.bf16, load_universal=True)
+    engine, _, _ = tiny.init_deepspeed(tiny.build_model(), args.dp, args.zero_stage, args.bf16, load_universal=True,
+                                       offload=args.offload)
     load_path, _ = engine.load_checkpoint(args.ucp)
     assert load_path is not None, f"load_checkpoint({args.ucp}) found nothing"
     torch.save(_snapshot(engine, args.zero_stage), Path(args.out) / f"rank_{dist.get_rank()}.pt")
@@ -154,4 +158,5 @@ if __name__ == "__main__":
     ap.add_argument("--out", required=True)
     ap.add_argument("--bf16", action="store_true")
     ap.add_argument("--train-steps", type=int, default=0)
+    ap.add_argument("--offload", action="store_true")
     _worker(ap.parse_args())

@@ -1,5 +1,10 @@
 """Resuming from a reshardfs mount with DeepSpeed's unmodified native loader, then training on (issue 5 b, c).
 
+Sources: the committed ZeRO-1 DP 2 (examples/tiny) and ZeRO-3 DP 2 (tests/fixtures/tiny_zero3) UCPs, and UCPs
+made in the session by the same code at ZeRO-1, ZeRO-2 and ZeRO-3 DP 4 and at ZeRO-1 DP 2 with ZeRO-Offload
+(DeepSpeedCPUAdam, whose state['step'] is a Python int where torch's AdamW keeps a 0-d tensor). CASES names
+each source and target: DP 2->1, 2->4, 4->2, 4->1, fp32 and bf16 targets, ZeRO-1, 2 and 3.
+
 Each case mounts a universal checkpoint (UCP) with `reshardfs mount UCP MNT --ds-config CFG -f`, CFG being the
 resuming run's own tiny.ds_config(dp, stage, bf16) (load_universal off), and runs ds_resume.resume_from_native:
 `dp` ranks call `engine.load_checkpoint(MNT)`, snapshot the live engine (ds_reference._snapshot: fp32
@@ -65,20 +70,36 @@ pytestmark = requires_fuse
 
 UCP = EXAMPLES / "tiny" / "universal"
 ZERO3_UCP = EXAMPLES.parent / "tests" / "fixtures" / "tiny_zero3" / "universal"
-SOURCE_STEPS = 3  # both UCPs were saved after 3 optimizer steps
+SOURCE_STEPS = 3  # every source UCP was saved after 3 optimizer steps
 TRAIN_STEPS = REFERENCE_TRAIN_STEPS  # the shared reference runs train exactly this much
 
-# id: (universal checkpoint, target ZeRO stage, target DP, bf16 target)
+# Source UCPs: committed ones by path; the others are made in the session (ds_resume.train_uninterrupted of
+# that layout, 3 steps, then DeepSpeed's ds_to_universal): id -> (ZeRO stage, DP, ZeRO-Offload).
+# "offload" runs DeepSpeedCPUAdam, which keeps state['step'] as a Python int (torch's AdamW: a 0-d tensor).
+COMMITTED_SOURCES = {"zero1_dp2": UCP, "zero3_dp2": ZERO3_UCP}
+SESSION_SOURCES = {"zero1_dp4": (1, 4, False), "zero2_dp4": (2, 4, False), "zero3_dp4": (3, 4, False),
+                   "zero1_cpu_adam_dp2": (1, 2, True)}  # fmt: skip
+
+# id: (source, target ZeRO stage, target DP, bf16 target, ZeRO-Offload target)
 CASES = {
-    "zero1_dp2_to_dp1": (UCP, 1, 1, False),
-    "zero1_dp2_to_dp4": (UCP, 1, 4, False),
-    "zero1_to_zero2_dp2_to_dp4": (UCP, 2, 4, False),
-    "zero1_fp32_to_bf16_dp2_to_dp4": (UCP, 1, 4, True),
-    "zero3_dp2_to_dp1": (ZERO3_UCP, 3, 1, False),
-    "zero3_dp2_to_dp4": (ZERO3_UCP, 3, 4, False),
+    "zero1_dp2_to_dp1": ("zero1_dp2", 1, 1, False, False),
+    "zero1_dp2_to_dp4": ("zero1_dp2", 1, 4, False, False),
+    "zero1_to_zero2_dp2_to_dp4": ("zero1_dp2", 2, 4, False, False),
+    "zero1_fp32_to_bf16_dp2_to_dp4": ("zero1_dp2", 1, 4, True, False),
+    "zero1_dp4_to_dp2": ("zero1_dp4", 1, 2, False, False),
+    "zero1_fp32_to_bf16_dp4_to_dp1": ("zero1_dp4", 1, 1, True, False),
+    "zero2_fp32_to_bf16_dp4_to_dp2": ("zero2_dp4", 2, 2, True, False),
+    "zero2_dp4_to_dp1": ("zero2_dp4", 2, 1, False, False),
+    "zero1_int_step_cpu_adam_dp2_to_dp4": ("zero1_cpu_adam_dp2", 1, 4, False, True),
+    "zero3_dp2_to_dp1": ("zero3_dp2", 3, 1, False, False),
+    "zero3_dp2_to_dp4": ("zero3_dp2", 3, 4, False, False),
+    "zero3_dp4_to_dp2": ("zero3_dp4", 3, 2, False, False),
+    "zero3_fp32_to_bf16_dp4_to_dp1": ("zero3_dp4", 3, 1, True, False),
 }
-ZERO12_CASES = [c for c, (_, stage, _, _) in CASES.items() if stage != 3]
-ZERO3_CASES = [c for c, (_, stage, _, _) in CASES.items() if stage == 3]
+ZERO12_CASES = [c for c, case in CASES.items() if case[1] != 3]
+ZERO3_CASES = [c for c, case in CASES.items() if case[1] == 3]
+# The defect records need DeepSpeed's uncorrected run as well: one launch more per case, so not for every case.
+ZERO3_DEFECT_CASES = ["zero3_dp2_to_dp1", "zero3_dp2_to_dp4", "zero3_dp4_to_dp2"]
 ROUND_TRIP = {"zero3_dp2_same_layout": (3, 2)}  # id: (ZeRO stage, DP) of the original run and the target
 
 
@@ -116,27 +137,28 @@ class RunCache:
 
 @pytest.fixture(scope="session")
 def mount_resume(reshardfs: Path, tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
-    """mount_resume(ucp, stage, dp, bf16): the folder of resume_from_native's outputs for a mount of `ucp` at
-    that layout (rank_<r>.pt, after_rank_<r>.pt, losses_rank_<r>.json); the server must exit 0 after it."""
+    """mount_resume(ucp, stage, dp, bf16, offload): the folder of resume_from_native's outputs for a mount of `ucp`
+    at that layout (rank_<r>.pt, after_rank_<r>.pt, losses_rank_<r>.json); the server must exit 0 after it."""
     cache = RunCache()
 
-    def run(ucp: Path, stage: int, dp: int, bf16: bool) -> Path:
+    def run(ucp: Path, stage: int, dp: int, bf16: bool, offload: bool) -> Path:
         work = tmp_path_factory.mktemp(f"mount_{ucp.parent.name}_z{stage}_dp{dp}{'_bf16' if bf16 else ''}")
         config = work / "ds_config.json"
-        config.write_text(json.dumps(tiny.ds_config(dp, stage, bf16=bf16)))
+        config.write_text(json.dumps(tiny.ds_config(dp, stage, bf16=bf16, offload=offload)))
         mountpoint = work / "mnt"
         mountpoint.mkdir()
         server = start_server([reshardfs, "mount", ucp, mountpoint, "--ds-config", config, "-f"], mountpoint,
                               work / "server.log")  # fmt: skip
         try:
-            resume_from_native(mountpoint, stage, dp, work / "resume", bf16=bf16, train_steps=TRAIN_STEPS)
+            resume_from_native(mountpoint, stage, dp, work / "resume", bf16=bf16, train_steps=TRAIN_STEPS,
+                               offload=offload)  # fmt: skip
         finally:
             rc = stop_server(server)
         if rc != 0:
             raise RuntimeError(f"reshardfs mount exited with {rc}: {server.stderr()}")
         return work / "resume"
 
-    return lambda ucp, stage, dp, bf16: cache.get((ucp, stage, dp, bf16), lambda: run(ucp, stage, dp, bf16))
+    return lambda *key: cache.get(key, lambda: run(*key))
 
 
 @pytest.fixture(scope="session")
@@ -146,28 +168,50 @@ def load_universal_trained(tmp_path_factory: pytest.TempPathFactory) -> Callable
     base = tmp_path_factory.getbasetemp() / "ds_reference"
     cache = RunCache()
 
-    def run(ucp: Path, stage: int, dp: int, bf16: bool) -> Path:
-        return cached_target_states(base / ucp.parent.name, ucp, stage, dp, bf16, train_steps=TRAIN_STEPS)[0].parent
+    def run(ucp: Path, stage: int, dp: int, bf16: bool, offload: bool) -> Path:
+        return cached_target_states(base / ucp.parent.name, ucp, stage, dp, bf16, train_steps=TRAIN_STEPS,
+                                    offload=offload)[0].parent  # fmt: skip
 
-    return lambda ucp, stage, dp, bf16: cache.get((ucp, stage, dp, bf16), lambda: run(ucp, stage, dp, bf16))
+    return lambda *key: cache.get(key, lambda: run(*key))
 
 
 @pytest.fixture(scope="session")
 def reference_run(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
-    """reference_run(kind, ucp, stage, dp): ds_resume.universal_corrected's outputs, or train_uninterrupted's
-    (ucp None) with its native save converted to out/universal."""
+    """reference_run(kind, ucp, stage, dp, bf16=False, offload=False): ds_resume.universal_corrected's outputs, or
+    train_uninterrupted's (ucp None) with its native save converted to out/universal."""
     cache = RunCache()
 
-    def run(kind: str, ucp: Path, stage: int, dp: int) -> Path:
-        out = tmp_path_factory.mktemp(f"{kind}_{ucp.parent.name if ucp else 'original'}_z{stage}_dp{dp}")
+    def run(kind: str, ucp: Path | None, stage: int, dp: int, bf16: bool, offload: bool) -> Path:
+        name = f"{kind}_{ucp.parent.name if ucp else 'original'}_z{stage}_dp{dp}{'_bf16' if bf16 else ''}"
+        out = tmp_path_factory.mktemp(name + ("_offload" if offload else ""))
         if kind == "universal_corrected":
-            universal_corrected(ucp, stage, dp, out, train_steps=TRAIN_STEPS)
+            universal_corrected(ucp, stage, dp, out, train_steps=TRAIN_STEPS, bf16=bf16)
         else:
-            train_uninterrupted(stage, dp, out, steps=SOURCE_STEPS, train_steps=TRAIN_STEPS)
+            train_uninterrupted(stage, dp, out, steps=SOURCE_STEPS, train_steps=TRAIN_STEPS, offload=offload)
             to_universal(out / "native", out / "universal")
         return out
 
-    return lambda kind, ucp, stage, dp: cache.get((kind, ucp, stage, dp), lambda: run(kind, ucp, stage, dp))
+    def get(kind: str, ucp: Path | None, stage: int, dp: int, bf16: bool = False, offload: bool = False) -> Path:
+        key = (kind, ucp, stage, dp, bf16, offload)
+        return cache.get(key, lambda: run(*key))
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def case_layout(reference_run) -> Callable[[str], tuple[Path, int, int, bool, bool]]:
+    """case_layout(case): (source UCP path, target stage, DP, bf16, offload), making a session source first."""
+
+    def resolve(case: str) -> tuple[Path, int, int, bool, bool]:
+        source, stage, dp, bf16, offload = CASES[case]
+        if source in COMMITTED_SOURCES:
+            ucp = COMMITTED_SOURCES[source]
+        else:
+            src_stage, src_dp, src_offload = SESSION_SOURCES[source]
+            ucp = reference_run("train_uninterrupted", None, src_stage, src_dp, offload=src_offload) / "universal"
+        return ucp, stage, dp, bf16, offload
+
+    return resolve
 
 
 def assert_same_snapshot(served: Any, reference: Any, what: str) -> None:
@@ -195,10 +239,10 @@ def zero3_step_values(snapshot: dict[str, Any]) -> list[float]:
 
 
 @pytest.mark.parametrize("layout", list(CASES))
-def test_resume_matches_load_universal(layout: str, mount_resume, load_universal_trained) -> None:
-    ucp, stage, dp, bf16 = CASES[layout]
-    served_dir = mount_resume(ucp, stage, dp, bf16)
-    reference_dir = load_universal_trained(ucp, stage, dp, bf16)
+def test_resume_matches_load_universal(layout: str, case_layout, mount_resume, load_universal_trained) -> None:
+    ucp, stage, dp, bf16, offload = case_layout(layout)
+    served_dir = mount_resume(ucp, stage, dp, bf16, offload)
+    reference_dir = load_universal_trained(ucp, stage, dp, bf16, offload)
     expected_groups = ucp_param_groups(ucp) if stage == 3 else None
     for rank in range(dp):
         served = load(served_dir / f"rank_{rank}.pt")
@@ -216,17 +260,17 @@ def test_resume_matches_load_universal(layout: str, mount_resume, load_universal
 
 
 @pytest.mark.parametrize("layout", ZERO12_CASES)
-def test_training_matches_load_universal(layout: str, mount_resume, load_universal_trained) -> None:
-    ucp, stage, dp, bf16 = CASES[layout]
-    assert_same_training(mount_resume(ucp, stage, dp, bf16), load_universal_trained(ucp, stage, dp, bf16), dp,
-                         "DeepSpeed's load_universal")  # fmt: skip
+def test_training_matches_load_universal(layout: str, case_layout, mount_resume, load_universal_trained) -> None:
+    key = case_layout(layout)
+    assert_same_training(mount_resume(*key), load_universal_trained(*key), key[2], "DeepSpeed's load_universal")
 
 
 @pytest.mark.parametrize("layout", ZERO3_CASES)
-def test_zero3_training_matches_corrected_load_universal(layout: str, mount_resume, reference_run) -> None:
-    ucp, stage, dp, bf16 = CASES[layout]
-    served_dir = mount_resume(ucp, stage, dp, bf16)
-    reference_dir = reference_run("universal_corrected", ucp, stage, dp)
+def test_zero3_training_matches_corrected_load_universal(layout: str, case_layout, mount_resume,
+                                                         reference_run) -> None:
+    ucp, stage, dp, bf16, offload = case_layout(layout)
+    served_dir = mount_resume(ucp, stage, dp, bf16, offload)
+    reference_dir = reference_run("universal_corrected", ucp, stage, dp, bf16)
     for rank in range(dp):
         assert_same_snapshot(load(served_dir / f"rank_{rank}.pt"), load(reference_dir / f"rank_{rank}.pt"),
                              f"rank {rank}: mount vs corrected load_universal, after the load")  # fmt: skip
@@ -237,18 +281,18 @@ def test_zero3_training_matches_corrected_load_universal(layout: str, mount_resu
 def test_round_trip_continues_the_original_run(layout: str, mount_resume, reference_run) -> None:
     stage, dp = ROUND_TRIP[layout]
     original_dir = reference_run("train_uninterrupted", None, stage, dp)
-    served_dir = mount_resume(original_dir / "universal", stage, dp, False)
+    served_dir = mount_resume(original_dir / "universal", stage, dp, False, False)
     for rank in range(dp):
         assert_same_snapshot(load(served_dir / f"rank_{rank}.pt"), load(original_dir / f"rank_{rank}.pt"),
                              f"rank {rank}: mount vs the original run at step {SOURCE_STEPS}")  # fmt: skip
     assert_same_training(served_dir, original_dir, dp, "the original run")
 
 
-@pytest.mark.parametrize("layout", ZERO3_CASES)
-def test_zero3_load_universal_step_defect(layout: str, mount_resume, load_universal_trained) -> None:
-    ucp, stage, dp, bf16 = CASES[layout]
-    served_dir = mount_resume(ucp, stage, dp, bf16)
-    reference_dir = load_universal_trained(ucp, stage, dp, bf16)
+@pytest.mark.parametrize("layout", ZERO3_DEFECT_CASES)
+def test_zero3_load_universal_step_defect(layout: str, case_layout, mount_resume, load_universal_trained) -> None:
+    ucp, stage, dp, bf16, offload = case_layout(layout)
+    served_dir = mount_resume(ucp, stage, dp, bf16, offload)
+    reference_dir = load_universal_trained(ucp, stage, dp, bf16, offload)
     for rank in range(dp):
         served = load(served_dir / f"after_rank_{rank}.pt")
         reference = load(reference_dir / f"after_rank_{rank}.pt")
