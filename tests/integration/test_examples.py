@@ -1,0 +1,25 @@
+"""The end-to-end example keeps working: examples/resume_4_to_2.sh trains the tiny model on 4 ranks with real
+DeepSpeed, converts it with ds_to_universal, mounts it for a DP=2 run, resumes on 2 ranks from the mount with
+engine.load_checkpoint and trains 3 steps, then requires the same losses as DeepSpeed's own load_universal."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from fuse_mount import requires_fuse
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE_TIMEOUT_S = 900
+
+
+@requires_fuse
+def test_resume_4_to_2_example(reshardfs: Path, tmp_path: Path) -> None:
+    env = dict(os.environ, RESHARDFS_BIN=str(reshardfs))
+    done = subprocess.run(["bash", str(REPO / "examples" / "resume_4_to_2.sh"), str(tmp_path / "work")], env=env,
+                          capture_output=True, text=True, timeout=EXAMPLE_TIMEOUT_S)  # fmt: skip
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-6000:]
+    assert "resume_4_to_2: PASS" in done.stdout, output[-6000:]
+    assert not os.path.ismount(tmp_path / "work" / "mnt"), "the example left its mount behind"
