@@ -79,9 +79,17 @@ def param_groups(model):
     ]
 
 
-def ds_config(dp, zero_stage, bf16=False, load_universal=False, offload=False):
-    """The run's DeepSpeed config. offload: ZeRO-Offload of the optimizer to the CPU, which runs
-    DeepSpeedCPUAdam (a JIT-built op, about 2 min to build once), whose state['step'] is a Python int."""
+VARIANTS = ("", "cpu_adam", "bf16_optimizer")
+
+
+def ds_config(dp, zero_stage, bf16=False, load_universal=False, variant=""):
+    """The run's DeepSpeed config. `variant`:
+      ""                torch.optim.AdamW under DeepSpeed's ZeRO optimizer (state['step'] a 0-d tensor);
+      "cpu_adam"        ZeRO-Offload of the optimizer to the CPU, which runs DeepSpeedCPUAdam (a JIT-built
+                        op, about 2 min to build once), whose state['step'] is a Python int;
+      "bf16_optimizer"  data_types.grad_accum_dtype fp32: with bf16 and ZeRO stage 1 DeepSpeed then runs
+                        its BF16_Optimizer instead of the ZeRO-1 optimizer (files of another layout)."""
+    assert variant in VARIANTS, variant
     cfg = {
         "train_batch_size": GLOBAL_BATCH,
         "train_micro_batch_size_per_gpu": GLOBAL_BATCH // dp,
@@ -112,9 +120,11 @@ def ds_config(dp, zero_stage, bf16=False, load_universal=False, offload=False):
     }
     if load_universal:
         cfg["checkpoint"] = {"load_universal": True}
-    if offload:
+    if variant == "cpu_adam":
         cfg["optimizer"]["params"]["torch_adam"] = False
         cfg["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
+    elif variant == "bf16_optimizer":
+        cfg["data_types"] = {"grad_accum_dtype": "fp32"}
     return cfg
 
 
@@ -163,12 +173,12 @@ def cpu_env():
     return env
 
 
-def init_deepspeed(model, dp, zero_stage, bf16=False, load_universal=False, offload=False):
+def init_deepspeed(model, dp, zero_stage, bf16=False, load_universal=False, variant=""):
     import deepspeed
     deepspeed.init_distributed(dist_backend="gloo")
     engine, optimizer, _, scheduler = deepspeed.initialize(model=model,
                                                            model_parameters=param_groups(model),
-                                                           config=ds_config(dp, zero_stage, bf16, load_universal, offload))
+                                                           config=ds_config(dp, zero_stage, bf16, load_universal, variant))
     return engine, optimizer, scheduler
 
 

@@ -64,7 +64,7 @@ inline bool IsOptimized(const FlatParam& p) { return p.requires_grad && p.numel 
 
 enum class Zero12Flavor {
   kZeroOptimizer,  // zero_optimization.stage 1 or 2
-  kBf16Optimizer,  // bf16 with ZeRO stage 0 (BF16_Optimizer): no round robin, no param alignment
+  kBf16Optimizer,  // BF16_Optimizer (bf16, ZeRO stage 1, fp32 gradient accumulation): no round robin, no param alignment
 };
 
 struct Zero12Options {

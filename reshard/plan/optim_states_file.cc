@@ -193,8 +193,11 @@ Result<FilePlan> PlanZero12OptimFile(const ucp::UniversalCheckpoint& ckpt, const
   RS_ASSIGN_OR_RETURN(auto params, OptimizerGroups(ckpt));
   FileBuilder b(target.tag + "/" + OptimStatesFileName(target, tp_rank, dp_rank), sources);
   format::PickleTree& t = b.tree();
+  // BF16_Optimizer.state_dict has no loss scaling, zero_stage or param_alignment_paddings, and
+  // keeps its fp32 partitions with their tail padding.
+  const bool bf16_optimizer = target.bf16_optimizer;
   std::vector<std::pair<std::string, NodeId>> payload;
-  RS_RETURN_IF_ERROR(AddLossScaling(b, ckpt, payload));
+  if (!bf16_optimizer) RS_RETURN_IF_ERROR(AddLossScaling(b, ckpt, payload));
   RS_ASSIGN_OR_RETURN(NodeId clip, OptimValueOr(b, ckpt, "clip_grad", [&] { return t.AddFloat(0.0); }));
   payload.emplace_back("clip_grad", clip);
 
@@ -210,8 +213,8 @@ Result<FilePlan> PlanZero12OptimFile(const ucp::UniversalCheckpoint& ckpt, const
   }
   for (size_t g = 0; g < groups.size(); ++g) {
     const layout::Zero12Partition& layout = groups[g].layout;
-    RS_ASSIGN_OR_RETURN(ExtentList lean, SliceExtents(groups[g].states.at("fp32"), 0,
-                                                      layout.partition_numel - layout.group_padding));
+    const uint64_t kept = bf16_optimizer ? layout.partition_numel : layout.partition_numel - layout.group_padding;
+    RS_ASSIGN_OR_RETURN(ExtentList lean, SliceExtents(groups[g].states.at("fp32"), 0, kept));
     RS_ASSIGN_OR_RETURN(NodeId tensor, PlannedTensor(b, lean, /*requires_grad=*/true));
     fp32.push_back(tensor);
     paddings.push_back(t.AddInt(static_cast<int64_t>(layout.group_padding)));
@@ -226,9 +229,11 @@ Result<FilePlan> PlanZero12OptimFile(const ucp::UniversalCheckpoint& ckpt, const
   payload.emplace_back("base_optimizer_state",
                        AddStrDict(t, {{"state", t.AddDict(std::move(state))}, {"param_groups", t.AddList(hyper)}}));
   payload.emplace_back("single_partition_of_fp32_groups", t.AddList(fp32));
-  payload.emplace_back("zero_stage", AddZeroStageEnum(t, target.zero_stage));
+  if (!bf16_optimizer) payload.emplace_back("zero_stage", AddZeroStageEnum(t, target.zero_stage));
   payload.emplace_back("group_paddings", t.AddList(paddings));
-  if (VersionAtLeast(DsVersion(ckpt), 0, 19, 8)) payload.emplace_back("param_alignment_paddings", t.AddList(alignment));
+  if (!bf16_optimizer && VersionAtLeast(DsVersion(ckpt), 0, 19, 8)) {
+    payload.emplace_back("param_alignment_paddings", t.AddList(alignment));
+  }
   payload.emplace_back("partition_count", AddIntList(t, std::vector<int64_t>(groups.size(), target.dp_size)));
   RS_ASSIGN_OR_RETURN(NodeId ds_version, ModelStatesValue(b, ckpt, "ds_version"));
   payload.emplace_back("ds_version", ds_version);

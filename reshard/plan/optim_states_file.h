@@ -7,6 +7,9 @@
 // [g]), single_partition_of_fp32_groups (the fp32 partitions without their tail padding),
 // zero_stage, group_paddings, param_alignment_paddings (DeepSpeed >= 0.19.8), partition_count,
 // ds_version, param_slice_mappings.
+// BF16_Optimizer payload (bf16 + ZeRO-1 + fp32 gradient accumulation, BF16_Optimizer.state_dict):
+// clip_grad, base_optimizer_state, single_partition_of_fp32_groups (WITH their tail padding),
+// group_paddings (all on the last rank), partition_count, ds_version, param_slice_mappings.
 // ZeRO-3 payload (DeepSpeedZeroOptimizer_Stage3._rigid_state_dict): zero_stage, loss_scaler,
 // dynamic_loss_scale, overflow, partition_count (an int), optimizer_state_dict (per sub-group
 // step, exp_avg, exp_avg_sq; param_groups listing their sub-groups), fp32_flat_groups.

@@ -24,6 +24,9 @@ struct Target {
   // the optimizer files' "bf16_" prefix, which DeepSpeed derives from bf16.enabled alone.
   format::DType lp_dtype = format::DType::kFloat32;
   bool round_robin_gradients = false;       // zero_optimization.round_robin_gradients (ZeRO-1/2)
+  // DeepSpeed runs BF16_Optimizer instead of its ZeRO-1 optimizer: bf16 with ZeRO stage 1,
+  // data_types.grad_accum_dtype fp32 and no optimizer offload. Its files have their own layout.
+  bool bf16_optimizer = false;
   uint64_t sub_group_size = 1000000000;     // zero_optimization.sub_group_size (ZeRO-3)
   // Rows of a vocab tensor summed over TP ranks in the target model (its padded vocab size);
   // unset: universal_checkpoint_info's padded_vocab_size.

@@ -206,11 +206,12 @@ Result<Target> ResolveTarget(const ucp::UniversalCheckpoint& ckpt, const nlohman
   RS_ASSIGN_OR_RETURN(auto accum, First<std::string>(views, [](const ConfigView& v) {
                         return v.Str({"data_types", "grad_accum_dtype"});
                       }));
-  if (t.lp_dtype == format::DType::kBFloat16 && t.zero_stage <= 1 && accum && (*accum == "fp32" || *accum == "float32")) {
-    return Unsupported("bf16 with ZeRO stage " + std::to_string(t.zero_stage) +
-                       " and data_types.grad_accum_dtype fp32 runs DeepSpeed's BF16_Optimizer, whose files are "
-                       "not served yet");
-  }
+  RS_ASSIGN_OR_RETURN(auto offload, First<std::string>(views, [](const ConfigView& v) {
+                        return v.Str({"zero_optimization", "offload_optimizer", "device"});
+                      }));
+  // engine.py _do_optimizer_sanity_check: the one combination that selects BF16_Optimizer.
+  t.bf16_optimizer = t.lp_dtype == format::DType::kBFloat16 && t.zero_stage == 1 && accum &&
+                     (*accum == "fp32" || *accum == "float32") && (!offload || *offload == "none");
   RS_ASSIGN_OR_RETURN(auto grain, First<int64_t>(target_only, [](const ConfigView& v) {
                         return v.Int({"tensor_parallel", "tp_grain_size"});
                       }));

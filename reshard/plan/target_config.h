@@ -11,10 +11,11 @@
 //   tp_grain_size  tensor_parallel.tp_grain_size
 //   lp_dtype       bf16.enabled (or "bfloat16".enabled) -> bf16, fp16.enabled -> fp16, else fp32
 //   round_robin_gradients, sub_group_size   zero_optimization.*
+//   bf16_optimizer bf16 + stage 1 + data_types.grad_accum_dtype fp32 without
+//                  zero_optimization.offload_optimizer (engine.py's choice of BF16_Optimizer)
 // Refused (kInvalidArgument naming the key): a value of the wrong type, a batch size that the
-// micro batch and accumulation steps do not divide, bf16 and fp16 both enabled;
-// kUnsupported: BF16_Optimizer targets (bf16 with ZeRO stage 0/1 and
-// data_types.grad_accum_dtype fp32), whose files have another shape. Public header: C++17.
+// micro batch and accumulation steps do not divide, bf16 and fp16 both enabled.
+// Public header: C++17.
 #pragma once
 
 #include <cstdint>

@@ -49,6 +49,7 @@ Result<std::vector<RankGroupPartition>> PlanZero12Rank(const ucp::UniversalCheck
   }
   RS_ASSIGN_OR_RETURN(auto groups, OptimizerGroups(ckpt));
   layout::Zero12Options options;
+  options.flavor = target.bf16_optimizer ? layout::Zero12Flavor::kBf16Optimizer : layout::Zero12Flavor::kZeroOptimizer;
   options.round_robin_gradients = target.round_robin_gradients;
   std::vector<RankGroupPartition> out;
   for (const auto& params : groups) {

@@ -34,7 +34,7 @@ REFERENCE_TRAIN_STEPS = 3
 
 
 def dump_target_states(ucp_parent: Path, zero_stage: int, dp: int, out_dir: Path, bf16: bool = False,
-                       train_steps: int = 0, offload: bool = False) -> list[Path]:
+                       train_steps: int = 0, variant: str = "") -> list[Path]:
     """Load the universal checkpoint under `ucp_parent` (the folder holding latest_universal) into a
     ZeRO-`zero_stage`, DP=`dp` engine; returns out_dir/rank_0.pt ... rank_<dp-1>.pt.
     Raises RuntimeError with the launcher's output if DeepSpeed fails."""
@@ -43,8 +43,8 @@ def dump_target_states(ucp_parent: Path, zero_stage: int, dp: int, out_dir: Path
             "--out", str(out_dir.resolve())] + (["--bf16"] if bf16 else [])  # fmt: skip
     if train_steps > 0:
         argv += ["--train-steps", str(train_steps)]
-    if offload:
-        argv.append("--offload")
+    if variant:
+        argv += ["--variant", variant]
     cmd = tiny.torchrun_cmd(dp, str(Path(__file__).resolve()), argv)
     start = time.monotonic()
     done = subprocess.run(cmd, env=tiny.cpu_env(), capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S)
@@ -59,15 +59,15 @@ def dump_target_states(ucp_parent: Path, zero_stage: int, dp: int, out_dir: Path
 
 
 def cached_target_states(root: Path, ucp_parent: Path, zero_stage: int, dp: int, bf16: bool = False,
-                         train_steps: int = 0, offload: bool = False) -> list[Path]:
+                         train_steps: int = 0, variant: str = "") -> list[Path]:
     """dump_target_states into root/z<stage>_dp<dp>[_bf16][_train<N>], run only if that folder is not complete yet.
     `root` must belong to one UCP; a per-session temp folder lets every test module share one run per layout."""
-    out_dir = root / (f"z{zero_stage}_dp{dp}{'_bf16' if bf16 else ''}{'_offload' if offload else ''}"
+    out_dir = root / (f"z{zero_stage}_dp{dp}{'_bf16' if bf16 else ''}{f'_{variant}' if variant else ''}"
                       f"{f'_train{train_steps}' if train_steps > 0 else ''}")
     done = out_dir / "DONE"
     if done.is_file():
         return [out_dir / f"rank_{r}.pt" for r in range(dp)]
-    files = dump_target_states(ucp_parent, zero_stage, dp, out_dir, bf16, train_steps, offload)
+    files = dump_target_states(ucp_parent, zero_stage, dp, out_dir, bf16, train_steps, variant)
     done.touch()
     return files
 
@@ -103,6 +103,25 @@ def _zero12_groups(opt: Any) -> list[dict[str, Any]]:
     return groups
 
 
+def _bf16_optimizer_groups(opt: Any) -> list[dict[str, Any]]:
+    """BF16_Optimizer's counterpart of _zero12_groups: its partitions keep their tail padding."""
+    groups = []
+    for i, fp32 in enumerate(opt.fp32_groups_flat_partition):
+        rank = torch.distributed.get_rank(group=opt.real_dp_process_group[i])
+        groups.append({
+            "fp32": _plain(fp32),
+            "state": {k: _plain(v) for k, v in opt.optimizer.state[fp32].items()},
+            "hyper": _hyper(opt.optimizer.param_groups[i]),
+            "lp_partition": _plain(opt.bf16_partitioned_groups[i][rank]),
+            "flat_numel": opt.bf16_groups_flat[i].numel(),
+            "group_padding": opt.group_paddings[i],
+            "partition_count": opt.partition_count[i],
+            "param_names": [opt.param_names[p] for p in opt.bf16_groups[i]],
+            "slice_mappings": {n: (a.start, a.numel) for n, a in opt._param_slice_mappings[i].items()},
+        })
+    return groups
+
+
 def _zero3_sub_groups(opt: Any) -> list[dict[str, Any]]:
     return [{
         "fp32": _plain(fp32),
@@ -127,6 +146,9 @@ def _snapshot(engine: Any, zero_stage: int) -> dict[str, Any]:
     }
     if zero_stage == 3:
         snap["sub_groups"] = _zero3_sub_groups(opt)
+    elif type(opt).__name__ == "BF16_Optimizer":
+        snap["groups"] = _bf16_optimizer_groups(opt)
+        snap["module"] = {k: _plain(v) for k, v in engine.module.state_dict().items()}
     else:
         snap["groups"] = _zero12_groups(opt)
         snap["module"] = {k: _plain(v) for k, v in engine.module.state_dict().items()}  # lp dtype
@@ -138,7 +160,7 @@ def _worker(args: argparse.Namespace) -> None:
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)
     engine, _, _ = tiny.init_deepspeed(tiny.build_model(), args.dp, args.zero_stage, args.bf16, load_universal=True,
-                                       offload=args.offload)
+                                       variant=args.variant)
     load_path, _ = engine.load_checkpoint(args.ucp)
     assert load_path is not None, f"load_checkpoint({args.ucp}) found nothing"
     torch.save(_snapshot(engine, args.zero_stage), Path(args.out) / f"rank_{dist.get_rank()}.pt")
@@ -158,5 +180,5 @@ if __name__ == "__main__":
     ap.add_argument("--out", required=True)
     ap.add_argument("--bf16", action="store_true")
     ap.add_argument("--train-steps", type=int, default=0)
-    ap.add_argument("--offload", action="store_true")
+    ap.add_argument("--variant", default="", choices=tiny.VARIANTS)
     _worker(ap.parse_args())

@@ -41,18 +41,18 @@ MODES = ("native", "train_uninterrupted", "universal_corrected")
 
 
 def _launch(mode: str, zero_stage: int, dp: int, out_dir: Path, bf16: bool, train_steps: int,
-            checkpoint_dir: Path | None = None, steps: int = 0, offload: bool = False) -> list[Path]:
+            checkpoint_dir: Path | None = None, steps: int = 0, variant: str = "") -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     argv = ["--mode", mode, "--zero-stage", str(zero_stage), "--dp", str(dp), "--out", str(out_dir.resolve()),
             "--train-steps", str(train_steps), "--steps", str(steps)] + (["--bf16"] if bf16 else [])  # fmt: skip
-    if offload:
-        argv.append("--offload")
+    if variant:
+        argv += ["--variant", variant]
     if checkpoint_dir is not None:
         argv += ["--checkpoint", str(Path(checkpoint_dir).resolve())]
     cmd = tiny.torchrun_cmd(dp, str(Path(__file__).resolve()), argv)
     start = time.monotonic()
     done = subprocess.run(cmd, env=tiny.cpu_env(), capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S)
-    print(f"ds_resume: {mode} ZeRO-{zero_stage} dp={dp} bf16={bf16} offload={offload}: DeepSpeed launch {time.monotonic() - start:.1f} s")
+    print(f"ds_resume: {mode} ZeRO-{zero_stage} dp={dp} bf16={bf16} variant={variant or 'adamw'}: DeepSpeed launch {time.monotonic() - start:.1f} s")
     files = [out_dir / f"rank_{r}.pt" for r in range(dp)]
     trained = [out_dir / f"{name}_rank_{r}.{ext}" for r in range(dp)
                for name, ext in (("after", "pt"), ("losses", "json"))]  # fmt: skip
@@ -66,17 +66,17 @@ def _launch(mode: str, zero_stage: int, dp: int, out_dir: Path, bf16: bool, trai
 
 
 def resume_from_native(checkpoint_dir: Path, zero_stage: int, dp: int, out_dir: Path, bf16: bool = False,
-                       train_steps: int = 3, offload: bool = False) -> list[Path]:
+                       train_steps: int = 3, variant: str = "") -> list[Path]:
     """engine.load_checkpoint(checkpoint_dir) with load_universal off at ZeRO-`zero_stage`, DP=`dp`, then
     `train_steps` more steps; returns out_dir/rank_<r>.pt. Raises RuntimeError with the output on failure."""
-    return _launch("native", zero_stage, dp, out_dir, bf16, train_steps, checkpoint_dir=checkpoint_dir, offload=offload)
+    return _launch("native", zero_stage, dp, out_dir, bf16, train_steps, checkpoint_dir=checkpoint_dir, variant=variant)
 
 
 def train_uninterrupted(zero_stage: int, dp: int, out_dir: Path, bf16: bool = False, steps: int = 3,
-                        train_steps: int = 3, offload: bool = False) -> list[Path]:
+                        train_steps: int = 3, variant: str = "") -> list[Path]:
     """The original tiny run: `steps` steps from the initial weights, engine.save_checkpoint(out_dir/native),
     snapshot (rank_<r>.pt), then `train_steps` more, recorded as resume_from_native records them."""
-    return _launch("train_uninterrupted", zero_stage, dp, out_dir, bf16, train_steps, steps=steps, offload=offload)
+    return _launch("train_uninterrupted", zero_stage, dp, out_dir, bf16, train_steps, steps=steps, variant=variant)
 
 
 def to_universal(native_dir: Path, universal_parent: Path) -> Path:
@@ -141,7 +141,7 @@ def _worker(args: argparse.Namespace) -> None:
     torch.set_num_threads(1)
     out = Path(args.out)
     engine, _, _ = tiny.init_deepspeed(tiny.build_model(), args.dp, args.zero_stage, args.bf16,
-                                       load_universal=args.mode == "universal_corrected", offload=args.offload)
+                                       load_universal=args.mode == "universal_corrected", variant=args.variant)
     if args.mode == "train_uninterrupted":
         for step in range(args.steps):
             tiny.train_step(engine, step, args.dp)
@@ -168,5 +168,5 @@ if __name__ == "__main__":
     ap.add_argument("--bf16", action="store_true")
     ap.add_argument("--steps", type=int, default=0)
     ap.add_argument("--train-steps", type=int, default=0)
-    ap.add_argument("--offload", action="store_true")
+    ap.add_argument("--variant", default="", choices=tiny.VARIANTS)
     _worker(ap.parse_args())

@@ -3,7 +3,8 @@
 Sources: the committed ZeRO-1 DP 2 (examples/tiny) and ZeRO-3 DP 2 (tests/fixtures/tiny_zero3) UCPs, and UCPs
 made in the session by the same code at ZeRO-1, ZeRO-2 and ZeRO-3 DP 4 and at ZeRO-1 DP 2 with ZeRO-Offload
 (DeepSpeedCPUAdam, whose state['step'] is a Python int where torch's AdamW keeps a 0-d tensor). CASES names
-each source and target: DP 2->1, 2->4, 4->2, 4->1, fp32 and bf16 targets, ZeRO-1, 2 and 3.
+each source and target: DP 2->1, 2->4, 4->2, 4->1, fp32 and bf16 targets, ZeRO-1, 2 and 3, and BF16_Optimizer
+(bf16 + ZeRO-1 + fp32 gradient accumulation), from its own source and from a ZeRO-1 fp32 one.
 
 Each case mounts a universal checkpoint (UCP) with `reshardfs mount UCP MNT --ds-config CFG -f`, CFG being the
 resuming run's own tiny.ds_config(dp, stage, bf16) (load_universal off), and runs ds_resume.resume_from_native:
@@ -31,14 +32,16 @@ What is compared with what, and why:
   defects undone in the live optimizer (ds_resume.universal_corrected: per-group hyper-parameters from the UCP,
   one step tensor per sub-group). Its whole snapshot (hyper-parameters included) must equal the mount's, and so
   must its losses and after-training snapshots.
-- test_round_trip_continues_the_original_run[zero3_dp2_same_layout]: the original ZeRO-3 DP=2 run
-  (ds_resume.train_uninterrupted: 3 steps from TinyModel's initial weights, saved natively, then 3 more steps
+- test_round_trip_continues_the_original_run[<layout>_same_layout]: the original run (ZeRO-3 DP=2, and a
+  BF16_Optimizer DP=2 one; ds_resume.train_uninterrupted: 3 steps from TinyModel's initial weights, saved natively, then 3 more steps
   without a checkpoint in between), its save converted by DeepSpeed's ds_to_universal, mounted at the same
   layout and resumed: state at step 3, the losses of steps 4-6 and the state after them equal the original
   run's. The run is regenerated rather than taken from tests/fixtures/tiny_zero3: that fixture was made
   elsewhere, and a fresh run of the same code here differs from it in one fp32 master element per rank by
   1-2 ulp (fc2.weight[91] on rank 0, head.weight flat element 1061 on rank 1; exp_avg, exp_avg_sq and all
   else equal; presumably CPU-kernel rounding where it was made), so it is not this machine's original run.
+- test_round_trip_files_equal_the_native_save[<layout>_same_layout]: the same runs' universal checkpoints
+  served at their own layout equal, file by file and value by value, what their engine.save_checkpoint wrote.
 - test_zero3_load_universal_step_defect[<zero3 case>]: records what DeepSpeed's own ZeRO-3 load_universal does to
   step counting: after 3 more steps its sub-groups' state['step'] is 3 + 3 * (number of sub-groups), as one
   shared tensor is incremented once per sub-group per step, while the mount's engine says 6; group 1 keeps
@@ -58,7 +61,7 @@ from typing import Any
 import pytest
 import torch
 
-from checkpoint_compare import assert_same_values
+from checkpoint_compare import assert_same_files, assert_same_values
 from ds_reference import EXAMPLES, REFERENCE_TRAIN_STEPS, cached_target_states
 from ds_resume import resume_from_native, to_universal, train_uninterrupted, universal_corrected
 from fuse_mount import requires_fuse, start_server, stop_server
@@ -74,33 +77,40 @@ SOURCE_STEPS = 3  # every source UCP was saved after 3 optimizer steps
 TRAIN_STEPS = REFERENCE_TRAIN_STEPS  # the shared reference runs train exactly this much
 
 # Source UCPs: committed ones by path; the others are made in the session (ds_resume.train_uninterrupted of
-# that layout, 3 steps, then DeepSpeed's ds_to_universal): id -> (ZeRO stage, DP, ZeRO-Offload).
-# "offload" runs DeepSpeedCPUAdam, which keeps state['step'] as a Python int (torch's AdamW: a 0-d tensor).
+# that layout, 3 steps, then DeepSpeed's ds_to_universal): id -> (ZeRO stage, DP, bf16, variant), the
+# variant being make_tiny_checkpoint.ds_config's: "cpu_adam" runs DeepSpeedCPUAdam (ZeRO-Offload), which keeps
+# state['step'] as a Python int where torch's AdamW keeps a 0-d tensor; "bf16_optimizer" (bf16, ZeRO-1, fp32
+# gradient accumulation) runs DeepSpeed's BF16_Optimizer, whose files have their own layout.
 COMMITTED_SOURCES = {"zero1_dp2": UCP, "zero3_dp2": ZERO3_UCP}
-SESSION_SOURCES = {"zero1_dp4": (1, 4, False), "zero2_dp4": (2, 4, False), "zero3_dp4": (3, 4, False),
-                   "zero1_cpu_adam_dp2": (1, 2, True)}  # fmt: skip
+SESSION_SOURCES = {"zero1_dp4": (1, 4, False, ""), "zero2_dp4": (2, 4, False, ""), "zero3_dp4": (3, 4, False, ""),
+                   "zero1_cpu_adam_dp2": (1, 2, False, "cpu_adam"),
+                   "bf16_optimizer_dp2": (1, 2, True, "bf16_optimizer")}  # fmt: skip
 
-# id: (source, target ZeRO stage, target DP, bf16 target, ZeRO-Offload target)
+# id: (source, target ZeRO stage, target DP, bf16 target, target variant)
 CASES = {
-    "zero1_dp2_to_dp1": ("zero1_dp2", 1, 1, False, False),
-    "zero1_dp2_to_dp4": ("zero1_dp2", 1, 4, False, False),
-    "zero1_to_zero2_dp2_to_dp4": ("zero1_dp2", 2, 4, False, False),
-    "zero1_fp32_to_bf16_dp2_to_dp4": ("zero1_dp2", 1, 4, True, False),
-    "zero1_dp4_to_dp2": ("zero1_dp4", 1, 2, False, False),
-    "zero1_fp32_to_bf16_dp4_to_dp1": ("zero1_dp4", 1, 1, True, False),
-    "zero2_fp32_to_bf16_dp4_to_dp2": ("zero2_dp4", 2, 2, True, False),
-    "zero2_dp4_to_dp1": ("zero2_dp4", 2, 1, False, False),
-    "zero1_int_step_cpu_adam_dp2_to_dp4": ("zero1_cpu_adam_dp2", 1, 4, False, True),
-    "zero3_dp2_to_dp1": ("zero3_dp2", 3, 1, False, False),
-    "zero3_dp2_to_dp4": ("zero3_dp2", 3, 4, False, False),
-    "zero3_dp4_to_dp2": ("zero3_dp4", 3, 2, False, False),
-    "zero3_fp32_to_bf16_dp4_to_dp1": ("zero3_dp4", 3, 1, True, False),
+    "zero1_dp2_to_dp1": ("zero1_dp2", 1, 1, False, ""),
+    "zero1_dp2_to_dp4": ("zero1_dp2", 1, 4, False, ""),
+    "zero1_to_zero2_dp2_to_dp4": ("zero1_dp2", 2, 4, False, ""),
+    "zero1_fp32_to_bf16_dp2_to_dp4": ("zero1_dp2", 1, 4, True, ""),
+    "zero1_dp4_to_dp2": ("zero1_dp4", 1, 2, False, ""),
+    "zero1_fp32_to_bf16_dp4_to_dp1": ("zero1_dp4", 1, 1, True, ""),
+    "zero2_fp32_to_bf16_dp4_to_dp2": ("zero2_dp4", 2, 2, True, ""),
+    "zero2_dp4_to_dp1": ("zero2_dp4", 2, 1, False, ""),
+    "zero1_int_step_cpu_adam_dp2_to_dp4": ("zero1_cpu_adam_dp2", 1, 4, False, "cpu_adam"),
+    "bf16_optimizer_dp2_to_dp4": ("bf16_optimizer_dp2", 1, 4, True, "bf16_optimizer"),
+    "zero1_fp32_to_bf16_optimizer_dp2_to_dp1": ("zero1_dp2", 1, 1, True, "bf16_optimizer"),
+    "zero3_dp2_to_dp1": ("zero3_dp2", 3, 1, False, ""),
+    "zero3_dp2_to_dp4": ("zero3_dp2", 3, 4, False, ""),
+    "zero3_dp4_to_dp2": ("zero3_dp4", 3, 2, False, ""),
+    "zero3_fp32_to_bf16_dp4_to_dp1": ("zero3_dp4", 3, 1, True, ""),
 }
 ZERO12_CASES = [c for c, case in CASES.items() if case[1] != 3]
 ZERO3_CASES = [c for c, case in CASES.items() if case[1] == 3]
 # The defect records need DeepSpeed's uncorrected run as well: one launch more per case, so not for every case.
 ZERO3_DEFECT_CASES = ["zero3_dp2_to_dp1", "zero3_dp2_to_dp4", "zero3_dp4_to_dp2"]
-ROUND_TRIP = {"zero3_dp2_same_layout": (3, 2)}  # id: (ZeRO stage, DP) of the original run and the target
+# id: (ZeRO stage, DP, bf16, variant) of the original run and the target
+ROUND_TRIP = {"zero3_dp2_same_layout": (3, 2, False, ""),
+              "bf16_optimizer_dp2_same_layout": (1, 2, True, "bf16_optimizer")}
 
 
 def load(path: Path) -> Any:
@@ -137,21 +147,21 @@ class RunCache:
 
 @pytest.fixture(scope="session")
 def mount_resume(reshardfs: Path, tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
-    """mount_resume(ucp, stage, dp, bf16, offload): the folder of resume_from_native's outputs for a mount of `ucp`
+    """mount_resume(ucp, stage, dp, bf16, variant): the folder of resume_from_native's outputs for a mount of `ucp`
     at that layout (rank_<r>.pt, after_rank_<r>.pt, losses_rank_<r>.json); the server must exit 0 after it."""
     cache = RunCache()
 
-    def run(ucp: Path, stage: int, dp: int, bf16: bool, offload: bool) -> Path:
+    def run(ucp: Path, stage: int, dp: int, bf16: bool, variant: str) -> Path:
         work = tmp_path_factory.mktemp(f"mount_{ucp.parent.name}_z{stage}_dp{dp}{'_bf16' if bf16 else ''}")
         config = work / "ds_config.json"
-        config.write_text(json.dumps(tiny.ds_config(dp, stage, bf16=bf16, offload=offload)))
+        config.write_text(json.dumps(tiny.ds_config(dp, stage, bf16=bf16, variant=variant)))
         mountpoint = work / "mnt"
         mountpoint.mkdir()
         server = start_server([reshardfs, "mount", ucp, mountpoint, "--ds-config", config, "-f"], mountpoint,
                               work / "server.log")  # fmt: skip
         try:
             resume_from_native(mountpoint, stage, dp, work / "resume", bf16=bf16, train_steps=TRAIN_STEPS,
-                               offload=offload)  # fmt: skip
+                               variant=variant)  # fmt: skip
         finally:
             rc = stop_server(server)
         if rc != 0:
@@ -168,48 +178,49 @@ def load_universal_trained(tmp_path_factory: pytest.TempPathFactory) -> Callable
     base = tmp_path_factory.getbasetemp() / "ds_reference"
     cache = RunCache()
 
-    def run(ucp: Path, stage: int, dp: int, bf16: bool, offload: bool) -> Path:
+    def run(ucp: Path, stage: int, dp: int, bf16: bool, variant: str) -> Path:
         return cached_target_states(base / ucp.parent.name, ucp, stage, dp, bf16, train_steps=TRAIN_STEPS,
-                                    offload=offload)[0].parent  # fmt: skip
+                                    variant=variant)[0].parent  # fmt: skip
 
     return lambda *key: cache.get(key, lambda: run(*key))
 
 
 @pytest.fixture(scope="session")
 def reference_run(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
-    """reference_run(kind, ucp, stage, dp, bf16=False, offload=False): ds_resume.universal_corrected's outputs, or
+    """reference_run(kind, ucp, stage, dp, bf16=False, variant=""): ds_resume.universal_corrected's outputs, or
     train_uninterrupted's (ucp None) with its native save converted to out/universal."""
     cache = RunCache()
 
-    def run(kind: str, ucp: Path | None, stage: int, dp: int, bf16: bool, offload: bool) -> Path:
+    def run(kind: str, ucp: Path | None, stage: int, dp: int, bf16: bool, variant: str) -> Path:
         name = f"{kind}_{ucp.parent.name if ucp else 'original'}_z{stage}_dp{dp}{'_bf16' if bf16 else ''}"
-        out = tmp_path_factory.mktemp(name + ("_offload" if offload else ""))
+        out = tmp_path_factory.mktemp(name + (f"_{variant}" if variant else ""))
         if kind == "universal_corrected":
             universal_corrected(ucp, stage, dp, out, train_steps=TRAIN_STEPS, bf16=bf16)
         else:
-            train_uninterrupted(stage, dp, out, steps=SOURCE_STEPS, train_steps=TRAIN_STEPS, offload=offload)
+            train_uninterrupted(stage, dp, out, bf16=bf16, steps=SOURCE_STEPS, train_steps=TRAIN_STEPS,
+                                variant=variant)  # fmt: skip
             to_universal(out / "native", out / "universal")
         return out
 
-    def get(kind: str, ucp: Path | None, stage: int, dp: int, bf16: bool = False, offload: bool = False) -> Path:
-        key = (kind, ucp, stage, dp, bf16, offload)
+    def get(kind: str, ucp: Path | None, stage: int, dp: int, bf16: bool = False, variant: str = "") -> Path:
+        key = (kind, ucp, stage, dp, bf16, variant)
         return cache.get(key, lambda: run(*key))
 
     return get
 
 
 @pytest.fixture(scope="session")
-def case_layout(reference_run) -> Callable[[str], tuple[Path, int, int, bool, bool]]:
-    """case_layout(case): (source UCP path, target stage, DP, bf16, offload), making a session source first."""
+def case_layout(reference_run) -> Callable[[str], tuple[Path, int, int, bool, str]]:
+    """case_layout(case): (source UCP path, target stage, DP, bf16, variant), making a session source first."""
 
-    def resolve(case: str) -> tuple[Path, int, int, bool, bool]:
-        source, stage, dp, bf16, offload = CASES[case]
+    def resolve(case: str) -> tuple[Path, int, int, bool, str]:
+        source, stage, dp, bf16, variant = CASES[case]
         if source in COMMITTED_SOURCES:
             ucp = COMMITTED_SOURCES[source]
         else:
-            src_stage, src_dp, src_offload = SESSION_SOURCES[source]
-            ucp = reference_run("train_uninterrupted", None, src_stage, src_dp, offload=src_offload) / "universal"
-        return ucp, stage, dp, bf16, offload
+            src_stage, src_dp, src_bf16, src_variant = SESSION_SOURCES[source]
+            ucp = reference_run("train_uninterrupted", None, src_stage, src_dp, src_bf16, src_variant) / "universal"
+        return ucp, stage, dp, bf16, variant
 
     return resolve
 
@@ -240,9 +251,9 @@ def zero3_step_values(snapshot: dict[str, Any]) -> list[float]:
 
 @pytest.mark.parametrize("layout", list(CASES))
 def test_resume_matches_load_universal(layout: str, case_layout, mount_resume, load_universal_trained) -> None:
-    ucp, stage, dp, bf16, offload = case_layout(layout)
-    served_dir = mount_resume(ucp, stage, dp, bf16, offload)
-    reference_dir = load_universal_trained(ucp, stage, dp, bf16, offload)
+    ucp, stage, dp, bf16, variant = case_layout(layout)
+    served_dir = mount_resume(ucp, stage, dp, bf16, variant)
+    reference_dir = load_universal_trained(ucp, stage, dp, bf16, variant)
     expected_groups = ucp_param_groups(ucp) if stage == 3 else None
     for rank in range(dp):
         served = load(served_dir / f"rank_{rank}.pt")
@@ -268,8 +279,8 @@ def test_training_matches_load_universal(layout: str, case_layout, mount_resume,
 @pytest.mark.parametrize("layout", ZERO3_CASES)
 def test_zero3_training_matches_corrected_load_universal(layout: str, case_layout, mount_resume,
                                                          reference_run) -> None:
-    ucp, stage, dp, bf16, offload = case_layout(layout)
-    served_dir = mount_resume(ucp, stage, dp, bf16, offload)
+    ucp, stage, dp, bf16, variant = case_layout(layout)
+    served_dir = mount_resume(ucp, stage, dp, bf16, variant)
     reference_dir = reference_run("universal_corrected", ucp, stage, dp, bf16)
     for rank in range(dp):
         assert_same_snapshot(load(served_dir / f"rank_{rank}.pt"), load(reference_dir / f"rank_{rank}.pt"),
@@ -279,20 +290,35 @@ def test_zero3_training_matches_corrected_load_universal(layout: str, case_layou
 
 @pytest.mark.parametrize("layout", list(ROUND_TRIP))
 def test_round_trip_continues_the_original_run(layout: str, mount_resume, reference_run) -> None:
-    stage, dp = ROUND_TRIP[layout]
-    original_dir = reference_run("train_uninterrupted", None, stage, dp)
-    served_dir = mount_resume(original_dir / "universal", stage, dp, False, False)
+    stage, dp, bf16, variant = ROUND_TRIP[layout]
+    original_dir = reference_run("train_uninterrupted", None, stage, dp, bf16, variant)
+    served_dir = mount_resume(original_dir / "universal", stage, dp, bf16, variant)
     for rank in range(dp):
         assert_same_snapshot(load(served_dir / f"rank_{rank}.pt"), load(original_dir / f"rank_{rank}.pt"),
                              f"rank {rank}: mount vs the original run at step {SOURCE_STEPS}")  # fmt: skip
     assert_same_training(served_dir, original_dir, dp, "the original run")
 
 
+@pytest.mark.parametrize("layout", list(ROUND_TRIP))
+def test_round_trip_files_equal_the_native_save(layout: str, reshardfs: Path, run_tool, reference_run,
+                                                tmp_path: Path) -> None:
+    """At the original run's own layout the served files equal what its engine.save_checkpoint wrote."""
+    stage, dp, bf16, variant = ROUND_TRIP[layout]
+    original_dir = reference_run("train_uninterrupted", None, stage, dp, bf16, variant)
+    config = tmp_path / "ds_config.json"
+    config.write_text(json.dumps(tiny.ds_config(dp, stage, bf16=bf16, variant=variant)))
+    result = run_tool(reshardfs, "materialize", original_dir / "universal", tmp_path / "served", "--ds-config", config)
+    assert result.returncode == 0, result
+    tag = (original_dir / "native" / "latest").read_text().strip()
+    compared = assert_same_files(tmp_path / "served" / tag, original_dir / "native" / tag)
+    assert len(compared) == (2 * dp if stage == 3 else dp + 1), compared  # model states + optimizer files
+
+
 @pytest.mark.parametrize("layout", ZERO3_DEFECT_CASES)
 def test_zero3_load_universal_step_defect(layout: str, case_layout, mount_resume, load_universal_trained) -> None:
-    ucp, stage, dp, bf16, offload = case_layout(layout)
-    served_dir = mount_resume(ucp, stage, dp, bf16, offload)
-    reference_dir = load_universal_trained(ucp, stage, dp, bf16, offload)
+    ucp, stage, dp, bf16, variant = case_layout(layout)
+    served_dir = mount_resume(ucp, stage, dp, bf16, variant)
+    reference_dir = load_universal_trained(ucp, stage, dp, bf16, variant)
     for rank in range(dp):
         served = load(served_dir / f"after_rank_{rank}.pt")
         reference = load(reference_dir / f"after_rank_{rank}.pt")
