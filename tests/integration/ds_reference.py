@@ -33,6 +33,20 @@ LAUNCH_TIMEOUT_S = 300
 REFERENCE_TRAIN_STEPS = 3
 
 
+def launch(cmd: list[str], what: str, expected: list[Path]) -> None:
+    """Runs a torch.distributed.run command line (CPU environment, LAUNCH_TIMEOUT_S) and prints its wall time;
+    raises RuntimeError with the failing rank's own traceback (not torchrun's summary) when it fails or does not
+    write every file of `expected`."""
+    start = time.monotonic()
+    done = subprocess.run(cmd, env=tiny.cpu_env(), capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S)
+    print(f"{what}: DeepSpeed launch {time.monotonic() - start:.1f} s")
+    if done.returncode != 0 or not all(f.is_file() for f in expected):
+        first = done.stderr.find("Traceback")
+        raise RuntimeError(f"{what} failed (rc={done.returncode}): {' '.join(cmd)}\n"
+                           f"--- stdout\n{done.stdout[-3000:]}\n"
+                           f"--- stderr\n{done.stderr[max(first, 0):][:6000]}")  # fmt: skip
+
+
 def dump_target_states(ucp_parent: Path, zero_stage: int, dp: int, out_dir: Path, bf16: bool = False,
                        train_steps: int = 0, variant: str = "") -> list[Path]:
     """Load the universal checkpoint under `ucp_parent` (the folder holding latest_universal) into a
@@ -45,16 +59,9 @@ def dump_target_states(ucp_parent: Path, zero_stage: int, dp: int, out_dir: Path
         argv += ["--train-steps", str(train_steps)]
     if variant:
         argv += ["--variant", variant]
-    cmd = tiny.torchrun_cmd(dp, str(Path(__file__).resolve()), argv)
-    start = time.monotonic()
-    done = subprocess.run(cmd, env=tiny.cpu_env(), capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S)
-    print(f"ds_reference: ZeRO-{zero_stage} dp={dp} bf16={bf16}: DeepSpeed launch {time.monotonic() - start:.1f} s")
     files = [out_dir / f"rank_{r}.pt" for r in range(dp)]
-    if done.returncode != 0 or not all(f.is_file() for f in files):
-        first = done.stderr.find("Traceback")  # the failing rank's own traceback, not torchrun's summary
-        raise RuntimeError(f"DeepSpeed load_universal run failed (rc={done.returncode}): {' '.join(cmd)}\n"
-                           f"--- stdout\n{done.stdout[-3000:]}\n"
-                           f"--- stderr\n{done.stderr[max(first, 0):][:6000]}")  # fmt: skip
+    launch(tiny.torchrun_cmd(dp, str(Path(__file__).resolve()), argv),
+           f"ds_reference: load_universal ZeRO-{zero_stage} dp={dp} bf16={bf16} variant={variant or 'adamw'}", files)
     return files
 
 

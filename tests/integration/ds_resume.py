@@ -28,14 +28,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ds_reference import LAUNCH_TIMEOUT_S, _snapshot, tiny
+from ds_reference import LAUNCH_TIMEOUT_S, _snapshot, launch, tiny
 
 MODES = ("native", "train_uninterrupted", "universal_corrected")
 
@@ -49,19 +47,12 @@ def _launch(mode: str, zero_stage: int, dp: int, out_dir: Path, bf16: bool, trai
         argv += ["--variant", variant]
     if checkpoint_dir is not None:
         argv += ["--checkpoint", str(Path(checkpoint_dir).resolve())]
-    cmd = tiny.torchrun_cmd(dp, str(Path(__file__).resolve()), argv)
-    start = time.monotonic()
-    done = subprocess.run(cmd, env=tiny.cpu_env(), capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S)
-    print(f"ds_resume: {mode} ZeRO-{zero_stage} dp={dp} bf16={bf16} variant={variant or 'adamw'}: DeepSpeed launch {time.monotonic() - start:.1f} s")
     files = [out_dir / f"rank_{r}.pt" for r in range(dp)]
     trained = [out_dir / f"{name}_rank_{r}.{ext}" for r in range(dp)
                for name, ext in (("after", "pt"), ("losses", "json"))]  # fmt: skip
-    expected = files + (trained if train_steps > 0 else [])
-    if done.returncode != 0 or not all(f.is_file() for f in expected):
-        first = done.stderr.find("Traceback")  # the failing rank's own traceback, not torchrun's summary
-        raise RuntimeError(f"DeepSpeed {mode} run failed (rc={done.returncode}): {' '.join(cmd)}\n"
-                           f"--- stdout\n{done.stdout[-3000:]}\n"
-                           f"--- stderr\n{done.stderr[max(first, 0):][:6000]}")  # fmt: skip
+    launch(tiny.torchrun_cmd(dp, str(Path(__file__).resolve()), argv),
+           f"ds_resume: {mode} ZeRO-{zero_stage} dp={dp} bf16={bf16} variant={variant or 'adamw'}",
+           files + (trained if train_steps > 0 else []))  # fmt: skip
     return files
 
 

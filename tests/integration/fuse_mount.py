@@ -15,9 +15,11 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
+T = TypeVar("T")
 MOUNT_TIMEOUT_S = 30  # planning a checkpoint happens before the mount
 EXIT_TIMEOUT_S = 10
 
@@ -82,6 +84,19 @@ def stop_server(server: Server) -> int:
     except subprocess.TimeoutExpired:
         server.process.kill()
         return server.process.wait()
+
+
+def served_while(argv: Sequence[object], mountpoint: Path, log_path: Path, body: Callable[[], T]) -> T:
+    """Runs body() while the server started by `argv` serves `mountpoint`, then stops it; raises RuntimeError with
+    the server's output when it does not exit 0 (a resume that passed over a crashed server does not count)."""
+    server = start_server(argv, mountpoint, log_path)
+    try:
+        result = body()
+    finally:
+        rc = stop_server(server)
+    if rc != 0:
+        raise RuntimeError(f"the reshardfs server exited with {rc}: {server.stderr()}")
+    return result
 
 
 def concurrent_read_mismatches(expected: dict[Path, bytes], threads: int = 8, reads: int = 100,

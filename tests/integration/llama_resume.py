@@ -23,19 +23,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ds_reference import EXAMPLES, LAUNCH_TIMEOUT_S, _snapshot
+from ds_reference import EXAMPLES, _snapshot, launch
 
 sys.path.insert(0, str(EXAMPLES))
 import make_tiny_llama_checkpoint as llama  # noqa: E402
-from make_tiny_checkpoint import cpu_env, torchrun_cmd  # noqa: E402
+from make_tiny_checkpoint import torchrun_cmd  # noqa: E402
 
 MODES = ("native", "universal")
 
@@ -48,19 +46,12 @@ def resume(mode: str, checkpoint: Path, tp: int, dp: int, zero_stage: int, out_d
             "--zero-stage", str(zero_stage), "--out", str(out_dir.resolve()), "--train-steps", str(train_steps)]
     if bf16:
         argv.append("--bf16")
-    cmd = torchrun_cmd(tp * dp, str(Path(__file__).resolve()), argv)
-    start = time.monotonic()
-    done = subprocess.run(cmd, env=cpu_env(), capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S)
-    print(f"llama_resume: {mode} ZeRO-{zero_stage} TP {tp} x DP {dp} bf16={bf16}: {time.monotonic() - start:.1f} s")
     expected = [out_dir / f"rank_{r}.pt" for r in range(tp * dp)]
     if train_steps > 0:
         expected += [out_dir / f"{name}_rank_{r}.{ext}" for r in range(tp * dp)
                      for name, ext in (("after", "pt"), ("losses", "json"))]  # fmt: skip
-    if done.returncode != 0 or not all(p.is_file() for p in expected):
-        first = done.stderr.find("Traceback")  # the failing rank's own traceback, not torchrun's summary
-        raise RuntimeError(f"DeepSpeed {mode} run failed (rc={done.returncode}): {' '.join(cmd)}\n"
-                           f"--- stdout\n{done.stdout[-3000:]}\n"
-                           f"--- stderr\n{done.stderr[max(first, 0):][:6000]}")  # fmt: skip
+    launch(torchrun_cmd(tp * dp, str(Path(__file__).resolve()), argv),
+           f"llama_resume: {mode} ZeRO-{zero_stage} TP {tp} x DP {dp} bf16={bf16}", expected)
     return out_dir
 
 

@@ -4,6 +4,7 @@ Sources (real DeepSpeed 0.19.8 runs of examples/make_tiny_llama_checkpoint.py: L
 2 KV heads, two param groups, AdamW with step as a tensor, WarmupLR, 3 steps, then DeepSpeed's ds_to_universal):
   tp2_zero1   examples/tiny_llama_tp2 (AutoTP TP 2 x DP 1, ZeRO-1; its UCP carries AutoTP's affine_map);
   tp1_zero1   TP 1 x DP 2, ZeRO-1, made in this session (no TP metadata: converted with --inject_missing_state);
+  tp2_zero3   AutoTP TP 2 x DP 1, ZeRO-3, made in this session (dict state files with the affine_map);
   tp1_zero3   TP 1 x DP 2, ZeRO-3, made in this session (bare flat tensors, no categories).
 
 Each case mounts the source's UCP with the resuming run's own ds_config (autotp_size = target TP) and the
@@ -44,7 +45,8 @@ import torch
 
 from checkpoint_compare import assert_same_values
 from ds_reference import EXAMPLES, LAUNCH_TIMEOUT_S
-from fuse_mount import requires_fuse, start_server, stop_server
+from fuse_mount import requires_fuse, served_while
+from run_cache import RunCache
 from llama_resume import resume
 
 sys.path.insert(0, str(EXAMPLES))
@@ -67,6 +69,7 @@ CASES = {
     "zero1_tp1_dp2_to_tp2_dp1": ("tp1_zero1", 2, 1, 1, False),
     "zero1_to_zero2_fp32_to_bf16_tp1_dp2_to_tp2_dp1": ("tp1_zero1", 2, 1, 2, True),
     "zero3_tp2_dp1_to_tp2_dp2": ("tp2_zero3", 2, 2, 3, False),
+    "zero3_tp2_dp1_to_tp1_dp2": ("tp2_zero3", 1, 2, 3, False),
 }
 # Cases DeepSpeed's own loader cannot load, checked against slices computed here (see the module docstring).
 BARE_CASE = ("tp1_zero3", 2, 1, 3, False)  # ZeRO-3 TP 1 x DP 2 -> ZeRO-3 AutoTP TP 2 x DP 1
@@ -79,24 +82,6 @@ INDEPENDENT_CASES = {
 
 def load(path: Path) -> Any:
     return torch.load(path, map_location="cpu", weights_only=False)
-
-
-class RunCache:
-    """One run per key and session; a failed run fails every test that needs it, with its output."""
-
-    def __init__(self) -> None:
-        self.results: dict[Any, Any] = {}
-
-    def get(self, key: Any, run: Callable[[], Any]) -> Any:
-        if key not in self.results:
-            try:
-                self.results[key] = ("ok", run())
-            except RuntimeError as error:
-                self.results[key] = ("error", str(error))
-        kind, value = self.results[key]
-        if kind == "error":
-            pytest.fail(value, pytrace=False)
-        return value
 
 
 @pytest.fixture(scope="session")
@@ -137,16 +122,10 @@ def mount_resume(reshardfs: Path, llama_source, tmp_path_factory: pytest.TempPat
         mountpoint = work / "mnt"
         mountpoint.mkdir()
         # The ds_config has no train_batch_size (see make_tiny_llama_checkpoint.ds_config), so DP is a flag.
-        server = start_server([reshardfs, "mount", src / "universal", mountpoint, "--ds-config", config,
-                               "--dp", str(dp), "--model-config", src / "config.json", "-f"],
-                              mountpoint, work / "server.log")  # fmt: skip
-        try:
-            resume("native", mountpoint, tp, dp, stage, work / "resume", bf16=bf16, train_steps=TRAIN_STEPS)
-        finally:
-            rc = stop_server(server)
-        if rc != 0:
-            raise RuntimeError(f"reshardfs mount exited with {rc}: {server.stderr()}")
-        return work / "resume"
+        return served_while([reshardfs, "mount", src / "universal", mountpoint, "--ds-config", config, "--dp", str(dp),
+                             "--model-config", src / "config.json", "-f"], mountpoint, work / "server.log",
+                            lambda: resume("native", mountpoint, tp, dp, stage, work / "resume", bf16=bf16,
+                                           train_steps=TRAIN_STEPS))  # fmt: skip
 
     return lambda *key: cache.get(key, lambda: run(*key))
 

@@ -64,7 +64,8 @@ import torch
 from checkpoint_compare import assert_same_files, assert_same_values
 from ds_reference import EXAMPLES, REFERENCE_TRAIN_STEPS, cached_target_states
 from ds_resume import resume_from_native, to_universal, train_uninterrupted, universal_corrected
-from fuse_mount import requires_fuse, start_server, stop_server
+from fuse_mount import requires_fuse, served_while
+from run_cache import RunCache
 
 sys.path.insert(0, str(EXAMPLES))
 import make_tiny_checkpoint as tiny  # noqa: E402
@@ -127,24 +128,6 @@ def ucp_param_groups(ucp: Path) -> list[dict[str, Any]]:
     return [{k: v for k, v in g.items() if k != "params"} for g in saved["optimizer_state_dict"]["param_groups"]]
 
 
-class RunCache:
-    """One DeepSpeed launch per key and session; a failed launch fails every test that needs it, with its output."""
-
-    def __init__(self) -> None:
-        self.results: dict[Any, Path | str] = {}
-
-    def get(self, key: Any, run: Callable[[], Path]) -> Path:
-        if key not in self.results:
-            try:
-                self.results[key] = run()
-            except RuntimeError as error:
-                self.results[key] = str(error)
-        result = self.results[key]
-        if isinstance(result, str):
-            pytest.fail(result, pytrace=False)
-        return result
-
-
 @pytest.fixture(scope="session")
 def mount_resume(reshardfs: Path, tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
     """mount_resume(ucp, stage, dp, bf16, variant): the folder of resume_from_native's outputs for a mount of `ucp`
@@ -157,15 +140,10 @@ def mount_resume(reshardfs: Path, tmp_path_factory: pytest.TempPathFactory) -> C
         config.write_text(json.dumps(tiny.ds_config(dp, stage, bf16=bf16, variant=variant)))
         mountpoint = work / "mnt"
         mountpoint.mkdir()
-        server = start_server([reshardfs, "mount", ucp, mountpoint, "--ds-config", config, "-f"], mountpoint,
-                              work / "server.log")  # fmt: skip
-        try:
-            resume_from_native(mountpoint, stage, dp, work / "resume", bf16=bf16, train_steps=TRAIN_STEPS,
-                               variant=variant)  # fmt: skip
-        finally:
-            rc = stop_server(server)
-        if rc != 0:
-            raise RuntimeError(f"reshardfs mount exited with {rc}: {server.stderr()}")
+        served_while([reshardfs, "mount", ucp, mountpoint, "--ds-config", config, "-f"], mountpoint,
+                     work / "server.log",
+                     lambda: resume_from_native(mountpoint, stage, dp, work / "resume", bf16=bf16,
+                                                train_steps=TRAIN_STEPS, variant=variant))  # fmt: skip
         return work / "resume"
 
     return lambda *key: cache.get(key, lambda: run(*key))
