@@ -53,7 +53,8 @@ sys.path.insert(0, str(EXAMPLES))
 import make_tiny_llama_checkpoint as llama  # noqa: E402
 from make_tiny_checkpoint import cpu_env  # noqa: E402
 
-pytestmark = requires_fuse
+# The first test that needs a session source trains and converts it before its own launches.
+pytestmark = [requires_fuse, pytest.mark.timeout(900)]
 
 SOURCE_STEPS = 3
 TRAIN_STEPS = 3

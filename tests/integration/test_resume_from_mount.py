@@ -70,7 +70,9 @@ from run_cache import RunCache
 sys.path.insert(0, str(EXAMPLES))
 import make_tiny_checkpoint as tiny  # noqa: E402
 
-pytestmark = requires_fuse
+# The first test that needs a session source trains and converts it, and the first "cpu_adam" run JIT-builds
+# DeepSpeedCPUAdam (about 2 min on 2 cores): more than test.sh's default per-test limit.
+pytestmark = [requires_fuse, pytest.mark.timeout(900)]
 
 UCP = EXAMPLES / "tiny" / "universal"
 ZERO3_UCP = EXAMPLES.parent / "tests" / "fixtures" / "tiny_zero3" / "universal"
