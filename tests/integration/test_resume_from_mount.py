@@ -40,8 +40,9 @@ What is compared with what, and why:
   elsewhere, and a fresh run of the same code here differs from it in one fp32 master element per rank by
   1-2 ulp (fc2.weight[91] on rank 0, head.weight flat element 1061 on rank 1; exp_avg, exp_avg_sq and all
   else equal; presumably CPU-kernel rounding where it was made), so it is not this machine's original run.
-- test_round_trip_files_equal_the_native_save[<layout>_same_layout]: the same runs' universal checkpoints
-  served at their own layout equal, file by file and value by value, what their engine.save_checkpoint wrote.
+- test_round_trip_files_equal_the_native_save[<layout>_same_layout]: those runs' and every session source's
+  universal checkpoint served at its own layout equals, file by file and value by value, what its
+  engine.save_checkpoint wrote.
 - test_zero3_load_universal_step_defect[<zero3 case>]: records what DeepSpeed's own ZeRO-3 load_universal does to
   step counting: after 3 more steps its sub-groups' state['step'] is 3 + 3 * (number of sub-groups), as one
   shared tensor is incremented once per sub-group per step, while the mount's engine says 6; group 1 keeps
@@ -96,15 +97,23 @@ CASES = {
     "zero1_to_zero2_dp2_to_dp4": ("zero1_dp2", 2, 4, False, ""),
     "zero1_fp32_to_bf16_dp2_to_dp4": ("zero1_dp2", 1, 4, True, ""),
     "zero1_dp4_to_dp2": ("zero1_dp4", 1, 2, False, ""),
+    "zero1_dp4_to_dp1": ("zero1_dp4", 1, 1, False, ""),
+    "zero1_fp32_to_bf16_dp4_to_dp2": ("zero1_dp4", 1, 2, True, ""),
     "zero1_fp32_to_bf16_dp4_to_dp1": ("zero1_dp4", 1, 1, True, ""),
+    "zero1_to_zero2_fp32_to_bf16_dp2_to_dp4": ("zero1_dp2", 2, 4, True, ""),
+    "zero2_dp4_to_dp2": ("zero2_dp4", 2, 2, False, ""),
     "zero2_fp32_to_bf16_dp4_to_dp2": ("zero2_dp4", 2, 2, True, ""),
     "zero2_dp4_to_dp1": ("zero2_dp4", 2, 1, False, ""),
+    "zero2_fp32_to_bf16_dp4_to_dp1": ("zero2_dp4", 2, 1, True, ""),
     "zero1_int_step_cpu_adam_dp2_to_dp4": ("zero1_cpu_adam_dp2", 1, 4, False, "cpu_adam"),
     "bf16_optimizer_dp2_to_dp4": ("bf16_optimizer_dp2", 1, 4, True, "bf16_optimizer"),
     "zero1_fp32_to_bf16_optimizer_dp2_to_dp1": ("zero1_dp2", 1, 1, True, "bf16_optimizer"),
     "zero3_dp2_to_dp1": ("zero3_dp2", 3, 1, False, ""),
     "zero3_dp2_to_dp4": ("zero3_dp2", 3, 4, False, ""),
+    "zero3_fp32_to_bf16_dp2_to_dp4": ("zero3_dp2", 3, 4, True, ""),
     "zero3_dp4_to_dp2": ("zero3_dp4", 3, 2, False, ""),
+    "zero3_fp32_to_bf16_dp4_to_dp2": ("zero3_dp4", 3, 2, True, ""),
+    "zero3_dp4_to_dp1": ("zero3_dp4", 3, 1, False, ""),
     "zero3_fp32_to_bf16_dp4_to_dp1": ("zero3_dp4", 3, 1, True, ""),
 }
 ZERO12_CASES = [c for c, case in CASES.items() if case[1] != 3]
@@ -279,11 +288,14 @@ def test_round_trip_continues_the_original_run(layout: str, mount_resume, refere
     assert_same_training(served_dir, original_dir, dp, "the original run")
 
 
-@pytest.mark.parametrize("layout", list(ROUND_TRIP))
+ROUND_TRIP_FILES = {**{f"{source}_same_layout": layout for source, layout in SESSION_SOURCES.items()}, **ROUND_TRIP}
+
+
+@pytest.mark.parametrize("layout", list(ROUND_TRIP_FILES))
 def test_round_trip_files_equal_the_native_save(layout: str, reshardfs: Path, run_tool, reference_run,
                                                 tmp_path: Path) -> None:
     """At the original run's own layout the served files equal what its engine.save_checkpoint wrote."""
-    stage, dp, bf16, variant = ROUND_TRIP[layout]
+    stage, dp, bf16, variant = ROUND_TRIP_FILES[layout]
     original_dir = reference_run("train_uninterrupted", None, stage, dp, bf16, variant)
     config = tmp_path / "ds_config.json"
     config.write_text(json.dumps(tiny.ds_config(dp, stage, bf16=bf16, variant=variant)))
