@@ -5,7 +5,7 @@
 
 #include "reshard/format/pickle_query.h"
 #include "reshard/plan/file_builder.h"
-#include "reshard/plan/param_slice.h"
+#include "reshard/plan/lp_weight.h"
 #include "reshard/plan/python_values.h"
 
 namespace reshard::plan {
@@ -28,17 +28,8 @@ bool LayoutChanged(const ucp::UniversalCheckpoint& ckpt, const Target& target) {
 Result<NodeId> LpTensor(FileBuilder& b, const ucp::UniversalCheckpoint& ckpt, const Target& target,
                         const ucp::ParamEntry& p, int tp_rank, SourceTable& sources) {
   if (target.zero_stage == 3) return b.AddTensor(target.lp_dtype, {0}, {}, Conversion::kCopy);
-  RS_ASSIGN_OR_RETURN(Conversion conversion, LpConversion(target.lp_dtype));
-  RS_ASSIGN_OR_RETURN(layout::TpSlice slice, SliceParam(ckpt, p, target, tp_rank));
-  const ucp::StateTensor& fp32 = p.states.at("fp32");
-  if (fp32.dtype != format::DType::kFloat32) {
-    return Unsupported(fp32.path + ": the lp weights are derived from float32 masters, this one is " +
-                       std::string(format::TorchName(fp32.dtype)));
-  }
-  ExtentList extents;
-  AppendExtents(extents, sources.Intern(Source{fp32.path, fp32.data_offset, fp32.dtype, fp32.numel()}),
-                slice.gather);
-  return b.AddTensor(target.lp_dtype, slice.local_shape, std::move(extents), conversion);
+  RS_ASSIGN_OR_RETURN(LpWeight lp, PlanLpWeight(ckpt, p, target, tp_rank, sources));
+  return b.AddTensor(target.lp_dtype, lp.shape, std::move(lp.extents), lp.conversion);
 }
 
 Result<NodeId> Module(FileBuilder& b, const ucp::UniversalCheckpoint& ckpt, const Target& target,
@@ -128,15 +119,6 @@ Result<NodeId> FrozenValue(FileBuilder& b, const ucp::UniversalCheckpoint& ckpt,
 }
 
 }  // namespace
-
-Result<Conversion> LpConversion(format::DType lp) {
-  switch (lp) {
-    case format::DType::kFloat32: return Conversion::kCopy;
-    case format::DType::kBFloat16: return Conversion::kFp32ToBf16;
-    case format::DType::kFloat16: return Conversion::kFp32ToFp16;
-    default: return InvalidArgument("lp dtype " + std::string(format::TorchName(lp)) + " is not fp32, bf16 or fp16");
-  }
-}
 
 Result<FilePlan> PlanModelStatesFile(const ucp::UniversalCheckpoint& ckpt, const Target& target, int tp_rank,
                                      int dp_rank, const std::vector<ParamShapeGroup>& param_shapes,

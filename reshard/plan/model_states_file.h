@@ -41,7 +41,4 @@ Result<FilePlan> PlanModelStatesFile(const ucp::UniversalCheckpoint& checkpoint,
                                      int dp_rank, const std::vector<ParamShapeGroup>& param_shapes,
                                      SourceTable& sources);
 
-// The conversion from the universal checkpoint's fp32 to `lp` (kCopy for fp32).
-Result<Conversion> LpConversion(format::DType lp);
-
 }  // namespace reshard::plan
