@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Configures and builds reshardfs with CMake + Ninja.
 #   bash scripts/build.sh [release]   -> build/       RelWithDebInfo, warnings are errors
-#   bash scripts/build.sh asan        -> build-asan/  Debug with AddressSanitizer + UBSan
+#   bash scripts/build.sh asan        -> build-asan/  Debug with AddressSanitizer + UBSan, without the CUDA
+#                                                     backend (nvcc takes no sanitizer flags) and without the
+#                                                     Python extension (the tests import release's)
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -27,7 +29,8 @@ main() {
       flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DRESHARDFS_WERROR=ON) ;;
     asan)
       dir=$REPO/build-asan
-      flags=(-DCMAKE_BUILD_TYPE=Debug -DRESHARDFS_SANITIZE=ON -DRESHARDFS_WERROR=ON) ;;
+      flags=(-DCMAKE_BUILD_TYPE=Debug -DRESHARDFS_SANITIZE=ON -DRESHARDFS_WERROR=ON -DRESHARDFS_CUDA=OFF
+             -DRESHARDFS_PYTHON=OFF) ;;
     *) die "unknown mode '$mode' (usage: build.sh [release|asan])" ;;
   esac
   drop_foreign_cache "$dir"
