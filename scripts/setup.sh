@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what reshardfs needs on Debian 12 (run as root). Idempotent: when everything is there
 # it only checks and returns in a second or two.
-#   - Debian packages: the C++ toolchain and libraries, fuse3, python3 (>= 3.10).
+#   - Debian packages: the C++ toolchain and libraries, fuse3, python3 (>= 3.10) with its headers and
+#     pybind11 (the reshardfs._C extension).
 #   - The Python venv at ${RESHARDFS_VENV:-/opt/reshardfs/venv} with the pinned torch, DeepSpeed
 #     and test packages; rebuilt only when scripts/requirements*.txt change (a stamp holds their
 #     sha256). It is built beside its final place and moved in only once it works.
@@ -13,7 +14,7 @@ VENV=$(realpath -m "${RESHARDFS_VENV:-/opt/reshardfs/venv}")
 REQUIREMENTS=("$REPO/scripts/requirements-torch.txt" "$REPO/scripts/requirements.txt")
 STAMP=.reshardfs-requirements.sha256
 DEB_PACKAGES=(build-essential cmake ninja-build pkg-config git libfuse3-dev fuse3 libspdlog-dev catch2
-  libcli11-dev nlohmann-json3-dev zlib1g-dev python3)
+  libcli11-dev nlohmann-json3-dev zlib1g-dev python3 python3-dev pybind11-dev)
 APT_UPDATED=0
 
 log() { printf 'setup: %s\n' "$*"; }

@@ -70,6 +70,31 @@ def reshardfs() -> Path:
 
 
 @pytest.fixture(scope="session")
+def reshardfs_python() -> Path:
+    """The folder to put on sys.path for `import reshardfs` (the build's python/: __init__.py + _C extension)."""
+    path = _build_dir("RESHARDFS_BUILD_DIR") / "python"
+    if not any((path / "reshardfs").glob("_C*.so")):
+        pytest.fail(f"missing the reshardfs._C extension under {path}; build it with scripts/build.sh", pytrace=False)
+    return path
+
+
+@pytest.fixture(scope="session")
+def load_universal_trained(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """load_universal_trained(ucp, stage, dp, bf16, variant): DeepSpeed's own load_universal at that layout, then
+    REFERENCE_TRAIN_STEPS steps (ds_reference, shared on disk by every module of the session): its folder."""
+    from ds_reference import REFERENCE_TRAIN_STEPS, cached_target_states
+    from run_cache import RunCache
+    base = tmp_path_factory.getbasetemp() / "ds_reference"
+    cache = RunCache()
+
+    def run(ucp: Path, stage: int, dp: int, bf16: bool, variant: str) -> Path:
+        return cached_target_states(base / ucp.parent.name, ucp, stage, dp, bf16, train_steps=REFERENCE_TRAIN_STEPS,
+                                    variant=variant)[0].parent  # fmt: skip
+
+    return lambda *key: cache.get(key, lambda: run(*key))
+
+
+@pytest.fixture(scope="session")
 def asan_reshardfs() -> Path:
     return _tool("RESHARDFS_ASAN_BUILD_DIR", RESHARDFS)
 

@@ -14,6 +14,9 @@ the load, 3 for the bundled checkpoints) trains on tiny.local_batch(k, rank, dp)
 original run would have used next. `losses` are this rank's own micro-batch losses (fp32 Python floats,
 exact), `global_mean_losses` their all-reduced mean.
 
+Mode `restore` replaces load_checkpoint with reshardfs.restore(engine, <UCP>) (gpu/python/reshardfs, imported
+from --python-dir): the engine is filled from the universal checkpoint directly, and the same files are written.
+
 Two more worker modes give references the resume tests compare against:
   train_uninterrupted   trains `steps` steps from TinyModel's initial weights, saves them natively
                         (out_dir/native) and snapshots, then trains on: the original run that a round trip
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +39,12 @@ import torch
 
 from ds_reference import LAUNCH_TIMEOUT_S, _snapshot, launch, tiny
 
-MODES = ("native", "train_uninterrupted", "universal_corrected")
+MODES = ("native", "restore", "train_uninterrupted", "universal_corrected")
 
 
 def _launch(mode: str, zero_stage: int, dp: int, out_dir: Path, bf16: bool, train_steps: int,
-            checkpoint_dir: Path | None = None, steps: int = 0, variant: str = "") -> list[Path]:
+            checkpoint_dir: Path | None = None, steps: int = 0, variant: str = "",
+            python_dir: Path | None = None) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     argv = ["--mode", mode, "--zero-stage", str(zero_stage), "--dp", str(dp), "--out", str(out_dir.resolve()),
             "--train-steps", str(train_steps), "--steps", str(steps)] + (["--bf16"] if bf16 else [])  # fmt: skip
@@ -47,6 +52,8 @@ def _launch(mode: str, zero_stage: int, dp: int, out_dir: Path, bf16: bool, trai
         argv += ["--variant", variant]
     if checkpoint_dir is not None:
         argv += ["--checkpoint", str(Path(checkpoint_dir).resolve())]
+    if python_dir is not None:
+        argv += ["--python-dir", str(Path(python_dir).resolve())]
     files = [out_dir / f"rank_{r}.pt" for r in range(dp)]
     trained = [out_dir / f"{name}_rank_{r}.{ext}" for r in range(dp)
                for name, ext in (("after", "pt"), ("losses", "json"))]  # fmt: skip
@@ -61,6 +68,14 @@ def resume_from_native(checkpoint_dir: Path, zero_stage: int, dp: int, out_dir: 
     """engine.load_checkpoint(checkpoint_dir) with load_universal off at ZeRO-`zero_stage`, DP=`dp`, then
     `train_steps` more steps; returns out_dir/rank_<r>.pt. Raises RuntimeError with the output on failure."""
     return _launch("native", zero_stage, dp, out_dir, bf16, train_steps, checkpoint_dir=checkpoint_dir, variant=variant)
+
+
+def restore_from_universal(ucp_parent: Path, zero_stage: int, dp: int, out_dir: Path, python_dir: Path,
+                           bf16: bool = False, train_steps: int = 3, variant: str = "") -> list[Path]:
+    """reshardfs.restore(engine, ucp_parent) at ZeRO-`zero_stage`, DP=`dp` (no load_checkpoint), then `train_steps`
+    more steps; also writes out_dir/restore_stats_rank_<r>.json (the executor's counters)."""
+    return _launch("restore", zero_stage, dp, out_dir, bf16, train_steps, checkpoint_dir=ucp_parent, variant=variant,
+                   python_dir=python_dir)
 
 
 def train_uninterrupted(zero_stage: int, dp: int, out_dir: Path, bf16: bool = False, steps: int = 3,
@@ -137,6 +152,11 @@ def _worker(args: argparse.Namespace) -> None:
         for step in range(args.steps):
             tiny.train_step(engine, step, args.dp)
         engine.save_checkpoint(str(out / "native"))
+    elif args.mode == "restore":
+        sys.path.insert(0, args.python_dir)
+        import reshardfs
+        client = reshardfs.restore(engine, args.checkpoint)
+        (out / f"restore_stats_rank_{dist.get_rank()}.json").write_text(json.dumps(client["reshardfs_stats"]))
     else:
         load_path, _ = engine.load_checkpoint(args.checkpoint)
         assert load_path is not None, f"load_checkpoint({args.checkpoint}) found nothing"
@@ -153,6 +173,7 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--mode", choices=MODES, required=True)
     ap.add_argument("--checkpoint")
+    ap.add_argument("--python-dir")
     ap.add_argument("--zero-stage", type=int, required=True)
     ap.add_argument("--dp", type=int, required=True)
     ap.add_argument("--out", required=True)

@@ -63,7 +63,7 @@ import pytest
 import torch
 
 from checkpoint_compare import assert_same_files, assert_same_values
-from ds_reference import EXAMPLES, REFERENCE_TRAIN_STEPS, cached_target_states
+from ds_reference import EXAMPLES, REFERENCE_TRAIN_STEPS
 from ds_resume import resume_from_native, to_universal, train_uninterrupted, universal_corrected
 from fuse_mount import requires_fuse, served_while
 from run_cache import RunCache
@@ -156,20 +156,6 @@ def mount_resume(reshardfs: Path, tmp_path_factory: pytest.TempPathFactory) -> C
                      lambda: resume_from_native(mountpoint, stage, dp, work / "resume", bf16=bf16,
                                                 train_steps=TRAIN_STEPS, variant=variant))  # fmt: skip
         return work / "resume"
-
-    return lambda *key: cache.get(key, lambda: run(*key))
-
-
-@pytest.fixture(scope="session")
-def load_universal_trained(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
-    """DeepSpeed's own load_universal at the layout, then TRAIN_STEPS steps (ds_reference, train_steps=3): its
-    folder, next to the untrained ds_reference runs of the same session."""
-    base = tmp_path_factory.getbasetemp() / "ds_reference"
-    cache = RunCache()
-
-    def run(ucp: Path, stage: int, dp: int, bf16: bool, variant: str) -> Path:
-        return cached_target_states(base / ucp.parent.name, ucp, stage, dp, bf16, train_steps=TRAIN_STEPS,
-                                    variant=variant)[0].parent  # fmt: skip
 
     return lambda *key: cache.get(key, lambda: run(*key))
 

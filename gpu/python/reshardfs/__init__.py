@@ -1,0 +1,199 @@
+"""reshardfs.restore: fill a live DeepSpeed engine from a universal checkpoint, without files.
+
+`restore(engine, src)` is what `engine.load_checkpoint(<reshardfs mount>)` achieves, minus the
+pickles and the per-rank files: the C++ planner (reshardfs._C.RankPlan, the same plan the mount
+serves) says which source bytes land at which offset of this rank's buffers, and its executor reads
+each needed byte once and copies it straight into the engine's tensors, on whatever device they
+live (host backend for CPU tensors, CUDA backend for GPU tensors when the extension has one).
+
+Filled from the plan, per rank:
+  ZeRO-1/2  each param group's flat fp32 partition, exp_avg and exp_avg_sq, and every trainable
+            parameter's lp weight (RNE of the fp32 master, what a native save holds);
+  ZeRO-3    each sub-group's fp32 partition and Adam states; the engine then re-derives its lp
+            partitions from them, as DeepSpeed's own universal loader does.
+Set from the checkpoint's small metadata files (read with torch.load, tensors memory-mapped): the
+optimizer step (one per group or sub-group, never shared), every param group's hyper-parameters,
+the loss-scaler state, the lr scheduler, global_steps, global_samples and skipped_steps.
+
+Not yet: BF16_Optimizer engines, NVMe/CPU-offloaded ZeRO-3 optimizers, cooperative node-wide
+reads. Those raise NotImplementedError.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from reshardfs import _C
+
+__all__ = ["restore", "RankPlan"]
+
+RankPlan = _C.RankPlan
+
+
+def _tag_dir(src: Path) -> Path:
+    latest = src / "latest_universal"
+    if latest.is_file():
+        return src / latest.read_text().strip()
+    if (src / "zero").is_dir():
+        return src
+    raise FileNotFoundError(f"{src}: neither a universal checkpoint tag folder (zero/) nor its parent (latest_universal)")
+
+
+def _model_states(tag_dir: Path) -> dict[str, Any]:
+    import torch
+    names = sorted(tag_dir.glob("mp_rank_*_model_states.pt")) or sorted(tag_dir.glob("zero_pp_rank_0_mp_rank_*_model_states.pt"))
+    if not names:
+        raise FileNotFoundError(f"{tag_dir}: no model-states file")
+    return torch.load(names[0], map_location="cpu", weights_only=False, mmap=True)
+
+
+def _saved_step(tag_dir: Path, first_param: str, optim_sd: dict[str, Any], group: int) -> Any:
+    """The optimizer step of a param group: step.pt of its first parameter (ZeRO-1/2 conversions), else
+    the state of the group's first sub-group in optimizer_state.pt (ZeRO-3 conversions); None if neither."""
+    import torch
+    step_file = tag_dir / "zero" / first_param / "step.pt"
+    if step_file.is_file():
+        return torch.load(step_file, weights_only=False)
+    osd = optim_sd.get("optimizer_state_dict", {})
+    groups, state = osd.get("param_groups", []), osd.get("state", {})
+    if group < len(groups) and groups[group].get("params") and groups[group]["params"][0] in state:
+        return state[groups[group]["params"][0]].get("step")
+    return None
+
+
+def _like(live: Any, value: Any) -> Any:
+    """`value` as the live optimizer keeps its step: a fresh tensor of the live dtype, or a Python int; as saved
+    (a fresh copy) when the optimizer has no step yet."""
+    import torch
+    number = value.item() if isinstance(value, torch.Tensor) else value
+    if isinstance(live, torch.Tensor):
+        return torch.tensor(number, dtype=live.dtype, device=live.device)
+    if live is None:
+        return value.clone() if isinstance(value, torch.Tensor) else value
+    return int(number)
+
+
+def _address(tensor: Any) -> tuple[int, int]:
+    if not tensor.is_contiguous():
+        raise ValueError("reshardfs.restore needs contiguous engine tensors")
+    return tensor.data_ptr(), tensor.numel() * tensor.element_size()
+
+
+def _backend(tensors: list[Any]) -> tuple[str, int]:
+    devices = {t.device for t in tensors}
+    if len(devices) != 1:
+        raise ValueError(f"engine tensors on several devices: {sorted(map(str, devices))}")
+    device = devices.pop()
+    if device.type == "cpu":
+        return "host", 0
+    if device.type == "cuda":
+        if not _C.has_cuda:
+            raise NotImplementedError("engine tensors are on CUDA but reshardfs._C was built without CUDA")
+        return "cuda", device.index or 0
+    raise NotImplementedError(f"engine tensors on {device}: only cpu and cuda are supported")
+
+
+def _check_names(what: str, planned: list[str], live: list[str]) -> None:
+    if planned != live:
+        raise ValueError(f"{what}: the plan orders {planned} but the engine holds {live}; the checkpoint's model "
+                         "and the engine's model (or their param groups) differ")
+
+
+def restore(engine: Any, src: str | Path, model_config: str | Path | None = None, lanes: int = 4,
+            chunk_bytes: int = 8 << 20) -> dict[str, Any]:
+    """Fills `engine` (a DeepSpeed ZeRO-1/2/3 engine, already built for the target layout) from the universal
+    checkpoint `src` (its tag folder, or the folder holding latest_universal). `model_config` is the model's
+    HF config.json when the checkpoint was saved without TP and the engine runs AutoTP. Returns the
+    checkpoint's client state (what load_checkpoint returns) plus "reshardfs_stats" (the executor's counters).
+    Raises ValueError / NotImplementedError / FileNotFoundError / OSError with the planner's message."""
+    import torch
+    import torch.distributed as dist
+    from deepspeed.utils.bwc import bwc_tensor_model_parallel_rank, bwc_tensor_model_parallel_world_size
+
+    src = Path(src)
+    tag_dir = _tag_dir(src)
+    opt = engine.optimizer
+    stage = engine.zero_optimization_stage()
+    if type(opt).__name__ == "BF16_Optimizer" or stage not in (1, 2, 3):
+        raise NotImplementedError(f"reshardfs.restore fills ZeRO-1/2/3 engines, not {type(opt).__name__}")
+    dp_group = opt.dp_process_group if stage == 3 else opt.real_dp_process_group[0]
+    tp_size = bwc_tensor_model_parallel_world_size(mpu=engine.mpu)
+    tp_rank = bwc_tensor_model_parallel_rank(mpu=engine.mpu)
+    model_json = Path(model_config).read_text() if model_config else ""
+    plan = _C.RankPlan(str(src), json.dumps(engine._config._param_dict), tp_size, dist.get_world_size(group=dp_group),
+                       tp_rank, dist.get_rank(group=dp_group), model_json)
+    if plan.zero_stage != stage:
+        raise ValueError(f"the plan is for ZeRO-{plan.zero_stage}, the engine runs ZeRO-{stage}")
+
+    base = opt.optimizer
+    names = opt.param_names
+    flats_live = opt.fp32_partitioned_groups_flat if stage == 3 else opt.single_partition_of_fp32_groups
+    lp_groups = opt.fp16_groups if stage == 3 else opt.bit16_groups
+    if len(plan.flats) != len(flats_live):
+        raise ValueError(f"the plan has {len(plan.flats)} flat partitions, the engine {len(flats_live)}")
+    optim_sd = torch.load(tag_dir / "zero" / "optimizer_state.pt", map_location="cpu", weights_only=False)
+    buffers, tensors = [], []
+    for i, (flat, fp32) in enumerate(zip(plan.flats, flats_live)):
+        _check_names(f"flat partition {i}", flat["param_names"], [names[p] for p in lp_groups[i]])
+        # Keys in the order torch's Adam creates them (and DeepSpeed's loaders set them): step, exp_avg, exp_avg_sq.
+        state = base.state[fp32]
+        old = dict(state)
+        state.clear()
+        step = _saved_step(tag_dir, flat["param_names"][0], optim_sd, flat["param_group"]) if flat["param_names"] else None
+        if step is not None:
+            state["step"] = _like(old.pop("step", None), step)
+        elif "step" in old:
+            state["step"] = old.pop("step")
+        for key in ("exp_avg", "exp_avg_sq"):
+            state[key] = old.pop(key) if key in old else torch.zeros_like(fp32)
+        state.update(old)
+        for kind, tensor in (("fp32", fp32.data), ("exp_avg", state["exp_avg"]), ("exp_avg_sq", state["exp_avg_sq"])):
+            buffers.append((kind, i, *_address(tensor)))
+            tensors.append(tensor)
+    if stage != 3:
+        by_name = {names[p]: p for group in lp_groups for p in group}
+        for i, lp in enumerate(plan.lp_params):
+            param = by_name.get(lp["name"])
+            if param is None:
+                raise ValueError(f"the engine has no trainable parameter '{lp['name']}'")
+            if list(param.shape) != list(lp["shape"]):
+                raise ValueError(f"'{lp['name']}': planned TP-local shape {lp['shape']}, engine {list(param.shape)}")
+            buffers.append(("lp", i, *_address(param.data)))
+            tensors.append(param.data)
+    backend, device = _backend(tensors)
+    stats = plan.fill(buffers, backend=backend, lanes=lanes, chunk_bytes=chunk_bytes, device=device)
+
+    # Small non-tensor state, as DeepSpeed's loaders set it (but per group, and one step per flat).
+    saved_groups = optim_sd["param_groups"] if "param_groups" in optim_sd else optim_sd["optimizer_state_dict"]["param_groups"]
+    if stage == 3:
+        opt._load_global_state_stage3(optim_sd)
+    else:
+        opt._load_global_state(optim_sd)
+    if len(saved_groups) != len(base.param_groups):
+        raise ValueError(f"the checkpoint has {len(saved_groups)} param groups, the engine {len(base.param_groups)}")
+    for live, saved in zip(base.param_groups, saved_groups):
+        live.update({k: v for k, v in saved.items() if k != "params"})
+    if stage == 3:
+        # The lp partitions from the fp32 ones, as DeepSpeed's universal loader derives them.
+        for s, fp32 in enumerate(opt.fp32_partitioned_groups_flat):
+            if fp32.numel() > 0:
+                opt.fp16_partitioned_groups_flat[s].data.copy_(fp32.data)
+            updated = opt.unflatten(opt.fp16_partitioned_groups_flat[s], opt.fp16_partitioned_groups[s])
+            for partitioned, q in zip(opt.fp16_partitioned_groups[s], updated):
+                partitioned.data = q.data
+
+    ms = _model_states(tag_dir)
+    if engine.lr_scheduler is not None and ms.get("lr_scheduler") is not None:
+        engine.lr_scheduler.load_state_dict(ms["lr_scheduler"])
+    engine.global_steps = ms["global_steps"]
+    engine.global_samples = ms.get("global_samples", engine.global_steps * engine.train_batch_size())
+    engine.skipped_steps = ms["skipped_steps"]
+    known = {"module", "buffer_names", "optimizer", "param_shapes", "frozen_param_shapes", "frozen_param_fragments",
+             "lr_scheduler", "data_sampler", "random_ltd", "sparse_tensor_module_names", "skipped_steps",
+             "global_steps", "global_samples", "dp_world_size", "mp_world_size", "ds_config", "ds_version",
+             "shared_params", "universal_checkpoint_info", "checkpoint_parallel_dimensions"}
+    client = {k: v for k, v in ms.items() if k not in known}
+    client["reshardfs_stats"] = stats
+    return client
