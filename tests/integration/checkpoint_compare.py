@@ -87,3 +87,18 @@ def assert_same_files(served_dir: Path, reference_dir: Path, ignore_keys: frozen
         except AssertionError as e:
             raise AssertionError(f"{name}: {e}") from None
     return names
+
+
+def assert_same_snapshot(served: Any, reference: Any, what: str) -> None:
+    """assert_same_values with `what` leading the message."""
+    try:
+        assert_same_values(served, reference)
+    except AssertionError as e:
+        raise AssertionError(f"{what}: {e}") from None
+
+
+def ucp_param_groups(ucp: Path) -> list[dict[str, Any]]:
+    """The hyper-parameters of every param group in a ZeRO-3 UCP's zero/optimizer_state.pt (`params` left out)."""
+    tag = (ucp / "latest_universal").read_text().strip()
+    saved = load(ucp / tag / "zero" / "optimizer_state.pt")
+    return [{k: v for k, v in g.items() if k != "params"} for g in saved["optimizer_state_dict"]["param_groups"]]

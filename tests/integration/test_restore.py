@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 import torch
 
-from checkpoint_compare import assert_same_values, load
+from checkpoint_compare import assert_same_snapshot, load, ucp_param_groups
 from ds_reference import EXAMPLES, REFERENCE_TRAIN_STEPS
 from ds_resume import restore_from_universal, universal_corrected
 from run_cache import RunCache
@@ -169,17 +169,6 @@ def restored(reshardfs_python: Path, tmp_path_factory: pytest.TempPathFactory):
     return lambda *key: cache.get(key, lambda: run(*key))
 
 
-def ucp_param_groups(ucp: Path) -> list[dict[str, Any]]:
-    tag = (ucp / "latest_universal").read_text().strip()
-    saved = load(ucp / tag / "zero" / "optimizer_state.pt")
-    return [{k: v for k, v in g.items() if k != "params"} for g in saved["optimizer_state_dict"]["param_groups"]]
-
-
-def assert_same(a: Any, b: Any, what: str) -> None:
-    try:
-        assert_same_values(a, b)
-    except AssertionError as e:
-        raise AssertionError(f"{what}: {e}") from None
 
 
 @pytest.mark.parametrize("layout", list(RESTORE_CASES))
@@ -198,11 +187,11 @@ def test_restore_matches_load_universal(layout: str, restored, load_universal_tr
         want = load(reference_dir / f"rank_{rank}.pt")
         if stage == 3:  # load_universal gives every group group 0's hyper-parameters; the UCP has the real ones
             want["param_groups"] = ucp_param_groups(ucp)
-        assert_same(got, want, f"{case} rank {rank}: restore vs load_universal")
+        assert_same_snapshot(got, want, f"{case} rank {rank}: restore vs load_universal")
         stats = json.loads((restore_dir / f"restore_stats_rank_{rank}.json").read_text())
         assert stats["bytes_copied"] > 0, stats
         got_losses = json.loads((restore_dir / f"losses_rank_{rank}.json").read_text())
         want_losses = json.loads((trained_dir / f"losses_rank_{rank}.json").read_text())
         assert got_losses == want_losses, f"{case} rank {rank}: losses {got_losses} != {want_losses}"
-        assert_same(load(restore_dir / f"after_rank_{rank}.pt"), load(trained_dir / f"after_rank_{rank}.pt"),
+        assert_same_snapshot(load(restore_dir / f"after_rank_{rank}.pt"), load(trained_dir / f"after_rank_{rank}.pt"),
                     f"{case} rank {rank}: after {REFERENCE_TRAIN_STEPS} steps")

@@ -62,7 +62,7 @@ from typing import Any
 import pytest
 import torch
 
-from checkpoint_compare import assert_same_files, assert_same_values
+from checkpoint_compare import assert_same_files, assert_same_snapshot, ucp_param_groups
 from ds_reference import EXAMPLES, REFERENCE_TRAIN_STEPS
 from ds_resume import resume_from_native, to_universal, train_uninterrupted, universal_corrected
 from fuse_mount import requires_fuse, served_while
@@ -133,11 +133,6 @@ def losses(run_dir: Path, rank: int) -> dict[str, Any]:
     return json.loads((run_dir / f"losses_rank_{rank}.json").read_text())
 
 
-def ucp_param_groups(ucp: Path) -> list[dict[str, Any]]:
-    tag = (ucp / "latest_universal").read_text().strip()
-    saved = load(ucp / tag / "zero" / "optimizer_state.pt")
-    return [{k: v for k, v in g.items() if k != "params"} for g in saved["optimizer_state_dict"]["param_groups"]]
-
 
 @pytest.fixture(scope="session")
 def mount_resume(reshardfs: Path, tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
@@ -199,12 +194,6 @@ def case_layout(reference_run) -> Callable[[str], tuple[Path, int, int, bool, st
 
     return resolve
 
-
-def assert_same_snapshot(served: Any, reference: Any, what: str) -> None:
-    try:
-        assert_same_values(served, reference)
-    except AssertionError as e:
-        raise AssertionError(f"{what}: {e}") from None
 
 
 def assert_same_training(served_dir: Path, reference_dir: Path, dp: int, what: str) -> None:
