@@ -52,10 +52,12 @@ std::vector<std::string> BuiltinAutoTpModelTypes() { return {"llama"}; }
 
 Result<AutoTpRole> BuiltinAutoTpRule(std::string_view model_type, std::string_view param_name,
                                      bool tied_word_embeddings) {
-  if (model_type != "llama") {
-    return Unsupported("no built-in AutoTP rules for model_type '" + std::string(model_type) +
-                       "' (reshardfs knows: llama); its TP > 1 layout cannot be derived from a checkpoint "
-                       "saved without TP");
+  const std::vector<std::string> known = BuiltinAutoTpModelTypes();
+  if (std::find(known.begin(), known.end(), model_type) == known.end()) {
+    std::string names;
+    for (const std::string& k : known) names += (names.empty() ? "" : ", ") + k;
+    return Unsupported("no built-in AutoTP rules for model_type '" + std::string(model_type) + "' (reshardfs knows: " +
+                       names + "); its TP > 1 layout cannot be derived from a checkpoint saved without TP");
   }
   if (tied_word_embeddings) {
     return Unsupported("model_type '" + std::string(model_type) +
