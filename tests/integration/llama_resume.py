@@ -7,7 +7,9 @@ unmodified engine.load_checkpoint:
 
   mode "native"     load_universal off: a reshardfs mountpoint (or any native checkpoint folder);
   mode "universal"  load_universal on: DeepSpeed's own universal loader of the same UCP, the reference;
-                    at ZeRO-3 with its two known defects undone (ds_resume.correct_zero3_load_universal).
+                    at ZeRO-3 with its two known defects undone (ds_resume.correct_zero3_load_universal);
+  mode "restore"    no load_checkpoint: reshardfs.restore(engine, UCP, model_config) (imported from
+                    --python-dir) fills the engine straight from the universal checkpoint.
 
 Then it writes, per global rank r:
 
@@ -35,17 +37,22 @@ sys.path.insert(0, str(EXAMPLES))
 import make_tiny_llama_checkpoint as llama  # noqa: E402
 from make_tiny_checkpoint import torchrun_cmd  # noqa: E402
 
-MODES = ("native", "universal")
+MODES = ("native", "universal", "restore")
 
 
 def resume(mode: str, checkpoint: Path, tp: int, dp: int, zero_stage: int, out_dir: Path, bf16: bool = False,
-           train_steps: int = 3) -> Path:
-    """Runs the workers; returns out_dir. Raises RuntimeError with the failing rank's traceback on failure."""
+           train_steps: int = 3, python_dir: Path | None = None, model_config: Path | None = None) -> Path:
+    """Runs the workers; returns out_dir. Raises RuntimeError with the failing rank's traceback on failure.
+    Mode "restore" needs `python_dir` (the build's python/) and takes the model's `model_config`."""
     out_dir.mkdir(parents=True, exist_ok=True)
     argv = ["--mode", mode, "--checkpoint", str(Path(checkpoint).resolve()), "--tp", str(tp), "--dp", str(dp),
             "--zero-stage", str(zero_stage), "--out", str(out_dir.resolve()), "--train-steps", str(train_steps)]
     if bf16:
         argv.append("--bf16")
+    if python_dir is not None:
+        argv += ["--python-dir", str(Path(python_dir).resolve())]
+    if model_config is not None:
+        argv += ["--model-config", str(Path(model_config).resolve())]
     expected = [out_dir / f"rank_{r}.pt" for r in range(tp * dp)]
     if train_steps > 0:
         expected += [out_dir / f"{name}_rank_{r}.{ext}" for r in range(tp * dp)
@@ -99,8 +106,13 @@ def _worker(args: argparse.Namespace) -> None:
             p.add_(0.5)
     universal = args.mode == "universal"
     engine, _ = llama.init_engine(model, args, load_universal=universal)
-    load_path, _ = engine.load_checkpoint(args.checkpoint)
-    assert load_path is not None, f"load_checkpoint({args.checkpoint}) found nothing"
+    if args.mode == "restore":
+        sys.path.insert(0, args.python_dir)
+        import reshardfs
+        reshardfs.restore(engine, args.checkpoint, model_config=args.model_config)
+    else:
+        load_path, _ = engine.load_checkpoint(args.checkpoint)
+        assert load_path is not None, f"load_checkpoint({args.checkpoint}) found nothing"
     if universal and args.zero_stage == 3:
         from ds_resume import correct_zero3_load_universal
         correct_zero3_load_universal(engine, Path(args.checkpoint))
@@ -122,4 +134,6 @@ if __name__ == "__main__":
     ap.add_argument("--out", required=True)
     ap.add_argument("--bf16", action="store_true")
     ap.add_argument("--train-steps", type=int, default=0)
+    ap.add_argument("--python-dir")
+    ap.add_argument("--model-config")
     _worker(ap.parse_args())

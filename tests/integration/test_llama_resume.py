@@ -25,6 +25,9 @@ unmodified engine.load_checkpoint(mountpoint).
   here from the UCP's tensors (the split dim read from DeepSpeed's own AutoTP layers: the dim where the live
   parameter's ds_shape differs from the full shape), and the next two all-reduced losses match the source
   run's own continuation within 1e-4 (another layout sums in another order, so equality is not expected).
+- test_tp_restore_matches_load_universal[<case>]: the same comparison (state and 3 training steps) for
+  reshardfs.restore(engine, UCP, model_config) in place of the mount (llama_resume mode "restore"): TP 2->1,
+  TP 1->2 through the built-in AutoTP rules, and ZeRO-3 at TP 2 with DP 1->2.
 - test_deepspeed_zero3_without_tp_to_autotp_still_fails: records that DeepSpeed's own load_universal still
   fails on that case ("start (...) + length (...) exceeds dimension size (...)"); when it stops failing,
   upstream has fixed it and the case can also be compared against it.
@@ -43,7 +46,7 @@ from typing import Any
 import pytest
 import torch
 
-from checkpoint_compare import assert_same_values
+from checkpoint_compare import assert_same_snapshot
 from ds_reference import EXAMPLES, LAUNCH_TIMEOUT_S
 from fuse_mount import requires_fuse, served_while
 from run_cache import RunCache
@@ -132,6 +135,20 @@ def mount_resume(reshardfs: Path, llama_source, tmp_path_factory: pytest.TempPat
 
 
 @pytest.fixture(scope="session")
+def restored(llama_source, reshardfs_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """restored(source, tp, dp, stage, bf16): llama_resume "restore" outputs (reshardfs.restore, no files)."""
+    cache = RunCache()
+
+    def run(source: str, tp: int, dp: int, stage: int, bf16: bool) -> Path:
+        src = llama_source(source)
+        out = tmp_path_factory.mktemp(f"llama_restore_{source}_tp{tp}_dp{dp}_z{stage}{'_bf16' if bf16 else ''}")
+        return resume("restore", src / "universal", tp, dp, stage, out, bf16=bf16, train_steps=TRAIN_STEPS,
+                      python_dir=reshardfs_python, model_config=src / "config.json")  # fmt: skip
+
+    return lambda *key: cache.get(key, lambda: run(*key))
+
+
+@pytest.fixture(scope="session")
 def load_universal(llama_source, tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
     """load_universal(source, tp, dp, stage, bf16): llama_resume "universal" outputs (DeepSpeed's own loader)."""
     cache = RunCache()
@@ -142,13 +159,6 @@ def load_universal(llama_source, tmp_path_factory: pytest.TempPathFactory) -> Ca
                       train_steps=TRAIN_STEPS)  # fmt: skip
 
     return lambda *key: cache.get(key, lambda: run(*key))
-
-
-def assert_same(served: Any, reference: Any, what: str) -> None:
-    try:
-        assert_same_values(served, reference)
-    except AssertionError as e:
-        raise AssertionError(f"{what}: {e}") from None
 
 
 def losses(run_dir: Path, rank: int) -> dict[str, Any]:
@@ -165,8 +175,8 @@ def test_tp_resume_matches_load_universal(layout: str, mount_resume, load_univer
     for rank in range(tp * dp):
         served = load(served_dir / f"rank_{rank}.pt")
         assert served["global_steps"] == SOURCE_STEPS, served["global_steps"]
-        assert_same(served, load(reference_dir / f"rank_{rank}.pt"),
-                    f"rank {rank} (TP {served['tp_rank']}, DP {served['dp_rank']}): mount vs load_universal")
+        assert_same_snapshot(served, load(reference_dir / f"rank_{rank}.pt"),
+                             f"rank {rank} (TP {served['tp_rank']}, DP {served['dp_rank']}): mount vs load_universal")
 
 
 @pytest.mark.parametrize("layout", list(CASES))
@@ -176,8 +186,27 @@ def test_tp_training_matches_load_universal(layout: str, mount_resume, load_univ
     for rank in range(tp * dp):
         served, reference = losses(served_dir, rank), losses(reference_dir, rank)
         assert served["start_step"] == SOURCE_STEPS and served == reference, (served, reference)
-        assert_same(load(served_dir / f"after_rank_{rank}.pt"), load(reference_dir / f"after_rank_{rank}.pt"),
-                    f"rank {rank}, after {TRAIN_STEPS} steps: mount vs load_universal")  # fmt: skip
+        assert_same_snapshot(load(served_dir / f"after_rank_{rank}.pt"), load(reference_dir / f"after_rank_{rank}.pt"),
+                             f"rank {rank}, after {TRAIN_STEPS} steps: mount vs load_universal")  # fmt: skip
+
+
+# TP changes through reshardfs.restore (no files): 2 -> 1, 1 -> 2 by the built-in AutoTP rules, ZeRO-3 at TP 2.
+RESTORE_CASES = ["zero1_tp2_dp1_to_tp1_dp2", "zero1_tp1_dp2_to_tp2_dp1", "zero3_tp2_dp1_to_tp2_dp2"]
+
+
+@pytest.mark.parametrize("layout", RESTORE_CASES)
+def test_tp_restore_matches_load_universal(layout: str, restored, load_universal) -> None:
+    source, tp, dp, stage, bf16 = CASES[layout]
+    restored_dir, reference_dir = restored(*CASES[layout]), load_universal(*CASES[layout])
+    for rank in range(tp * dp):
+        got = load(restored_dir / f"rank_{rank}.pt")
+        assert got["global_steps"] == SOURCE_STEPS, got["global_steps"]
+        assert_same_snapshot(got, load(reference_dir / f"rank_{rank}.pt"),
+                             f"rank {rank} (TP {got['tp_rank']}, DP {got['dp_rank']}): restore vs load_universal")
+        got_losses, want_losses = losses(restored_dir, rank), losses(reference_dir, rank)
+        assert got_losses["start_step"] == SOURCE_STEPS and got_losses == want_losses, (got_losses, want_losses)
+        assert_same_snapshot(load(restored_dir / f"after_rank_{rank}.pt"), load(reference_dir / f"after_rank_{rank}.pt"),
+                             f"rank {rank}, after {TRAIN_STEPS} steps: restore vs load_universal")  # fmt: skip
 
 
 def expected_zero3_partition(ucp_tag: Path, names: list[str], ds_shapes: dict[str, tuple[int, ...]],
