@@ -10,7 +10,7 @@
 // Destination pointers are whatever the backend addresses: host memory for the host backend,
 // device (or host-registered) memory for the CUDA backend. Units are bytes.
 //
-// Threads: Prepare and Finish run on the caller's thread; Staging, WaitSlot and Scatter run on
+// Threads: Prepare, ScatterFrom and Finish run on the caller's thread; Staging, WaitSlot and Scatter run on
 // the lane's own thread, and never two threads for one lane; Zero runs on the caller's thread
 // before any lane starts. Errors are Status values naming the failed call.
 #pragma once
@@ -46,6 +46,9 @@ class CopyBackend {
   virtual Status WaitSlot(size_t lane, int slot) = 0;
   // Performs (or queues) `count` copies out of (lane, slot)'s staging buffer.
   virtual Status Scatter(size_t lane, int slot, const CopyOp* ops, size_t count) = 0;
+  // Performs `count` copies out of `base`, memory the backend addresses like its destinations (a
+  // received exchange buffer), and returns once they have landed. Caller's thread.
+  virtual Status ScatterFrom(const uint8_t* base, const CopyOp* ops, size_t count) = 0;
   // Zero-fills `nbytes` at `dest` (padding).
   virtual Status Zero(void* dest, uint64_t nbytes) = 0;
   // Blocks until everything queued has landed, and reports the first asynchronous error.

@@ -122,6 +122,26 @@ Status CudaBackend::Scatter(size_t lane, int slot, const CopyOp* ops, size_t cou
   return Status();
 }
 
+Status CudaBackend::ScatterFrom(const uint8_t* base, const CopyOp* ops, size_t count) {
+  RS_CUDA(cudaSetDevice(device_));
+  auto stream = static_cast<cudaStream_t>(zero_stream_);
+  for (size_t i = 0; i < count; ++i) {
+    const CopyOp& op = ops[i];
+    if (op.conversion == plan::Conversion::kCopy) {
+      RS_CUDA(cudaMemcpyAsync(op.dest, base + op.staging_offset, op.source_bytes, cudaMemcpyDefault, stream));
+      continue;
+    }
+    const uint64_t n = op.source_bytes / 4;
+    const unsigned blocks = static_cast<unsigned>(n / 256 + 1 < 4096 ? n / 256 + 1 : 4096);
+    ConvertKernel<<<blocks, 256, 0, stream>>>(reinterpret_cast<const float*>(base + op.staging_offset),
+                                              static_cast<uint16_t*>(op.dest), n,
+                                              op.conversion == plan::Conversion::kFp32ToBf16);
+    RS_CUDA(cudaGetLastError());
+  }
+  RS_CUDA(cudaStreamSynchronize(stream));
+  return Status();
+}
+
 Status CudaBackend::Zero(void* dest, uint64_t nbytes) {
   RS_CUDA(cudaMemsetAsync(dest, 0, nbytes, static_cast<cudaStream_t>(zero_stream_)));
   return Status();

@@ -33,6 +33,8 @@ class CudaBackend final : public CopyBackend {
   uint8_t* Staging(size_t lane, int slot) override;
   Status WaitSlot(size_t lane, int slot) override;
   Status Scatter(size_t lane, int slot, const CopyOp* ops, size_t count) override;
+  // `base` is device memory: device-to-device copies, and the conversion kernel reading it directly.
+  Status ScatterFrom(const uint8_t* base, const CopyOp* ops, size_t count) override;
   Status Zero(void* dest, uint64_t nbytes) override;
   Status Finish() override;
 

@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "gpu/copy_backend.h"
+#include "gpu/read_schedule.h"
 #include "reshard/base/status.h"
-#include "reshard/base/unique_fd.h"
 #include "reshard/plan/extent.h"
 #include "reshard/plan/file_plan.h"
 
@@ -52,9 +52,8 @@ struct ExecutorStats {
 
 class Executor {
  public:
-  // Errors: kInvalidArgument (bad options, a destination without data or storage, an extent
-  // naming a missing source or a dtype its conversion cannot take, a storage whose extents do not
-  // cover it), kIoError (a source file that cannot be opened), kCorrupt (a source file shorter
+  // Errors: kInvalidArgument (bad options, a destination without data or storage, and those of
+  // AppendPieces), kIoError (a source file that cannot be opened), kCorrupt (a source file shorter
   // than its source needs).
   static Result<Executor> Create(const std::vector<plan::Source>& sources, const std::vector<Destination>& dests,
                                  const ExecutorOptions& options = {});
@@ -64,31 +63,22 @@ class Executor {
   Result<ExecutorStats> Run(CopyBackend& backend) const;
 
   // What Run() will read and copy, for plans and benchmarks.
-  uint64_t chunk_count() const { return chunks_.size(); }
+  uint64_t chunk_count() const { return work_.size(); }
   uint64_t bytes_to_read() const { return bytes_to_read_; }
   uint64_t bytes_to_copy() const { return bytes_to_copy_; }
 
  private:
-  struct Chunk {
-    uint32_t file = 0;
-    uint64_t offset = 0;  // file byte offset of staging byte 0
-    uint64_t length = 0;
-    size_t first_op = 0;
-    size_t op_count = 0;
-  };
   struct ZeroOp {
     void* dest = nullptr;
     uint64_t nbytes = 0;
   };
 
   Executor() = default;
-  Status ReadChunk(const Chunk& chunk, uint8_t* out) const;
 
   ExecutorOptions options_;
-  std::vector<UniqueFd> files_;
-  std::vector<std::string> paths_;
-  std::vector<Chunk> chunks_;
-  std::vector<CopyOp> ops_;  // grouped by chunk, staging offsets relative to the chunk
+  SourceFileTable files_;
+  std::vector<CopyOp> ops_;      // grouped by chunk; work_ points into it (stable: never resized after Create)
+  std::vector<ChunkWork> work_;
   std::vector<ZeroOp> zeros_;
   uint64_t bytes_to_read_ = 0;
   uint64_t bytes_to_copy_ = 0;

@@ -26,7 +26,10 @@ Status HostBackend::Prepare(size_t lanes, uint64_t staging_bytes) {
 uint8_t* HostBackend::Staging(size_t lane, int slot) { return staging_[lane * 2 + static_cast<size_t>(slot)].get(); }
 
 Status HostBackend::Scatter(size_t lane, int slot, const CopyOp* ops, size_t count) {
-  const uint8_t* base = Staging(lane, slot);
+  return ScatterFrom(Staging(lane, slot), ops, count);
+}
+
+Status HostBackend::ScatterFrom(const uint8_t* base, const CopyOp* ops, size_t count) {
   for (size_t i = 0; i < count; ++i) {
     const CopyOp& op = ops[i];
     const uint8_t* src = base + op.staging_offset;

@@ -40,11 +40,13 @@ import torch
 from ds_reference import LAUNCH_TIMEOUT_S, _snapshot, launch, tiny
 
 MODES = ("native", "restore", "train_uninterrupted", "universal_corrected")
+COOPERATIVE_ROUND_BYTES = 16384
+COOPERATIVE_CHUNK_BYTES = 4096
 
 
 def _launch(mode: str, zero_stage: int, dp: int, out_dir: Path, bf16: bool, train_steps: int,
             checkpoint_dir: Path | None = None, steps: int = 0, variant: str = "",
-            python_dir: Path | None = None) -> list[Path]:
+            python_dir: Path | None = None, cooperative: bool = False) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     argv = ["--mode", mode, "--zero-stage", str(zero_stage), "--dp", str(dp), "--out", str(out_dir.resolve()),
             "--train-steps", str(train_steps), "--steps", str(steps)] + (["--bf16"] if bf16 else [])  # fmt: skip
@@ -54,6 +56,8 @@ def _launch(mode: str, zero_stage: int, dp: int, out_dir: Path, bf16: bool, trai
         argv += ["--checkpoint", str(Path(checkpoint_dir).resolve())]
     if python_dir is not None:
         argv += ["--python-dir", str(Path(python_dir).resolve())]
+    if cooperative:
+        argv.append("--cooperative")
     files = [out_dir / f"rank_{r}.pt" for r in range(dp)]
     trained = [out_dir / f"{name}_rank_{r}.{ext}" for r in range(dp)
                for name, ext in (("after", "pt"), ("losses", "json"))]  # fmt: skip
@@ -71,11 +75,14 @@ def resume_from_native(checkpoint_dir: Path, zero_stage: int, dp: int, out_dir: 
 
 
 def restore_from_universal(ucp_parent: Path, zero_stage: int, dp: int, out_dir: Path, python_dir: Path,
-                           bf16: bool = False, train_steps: int = 3, variant: str = "") -> list[Path]:
+                           bf16: bool = False, train_steps: int = 3, variant: str = "",
+                           cooperative: bool = False) -> list[Path]:
     """reshardfs.restore(engine, ucp_parent) at ZeRO-`zero_stage`, DP=`dp` (no load_checkpoint), then `train_steps`
-    more steps; also writes out_dir/restore_stats_rank_<r>.json (the executor's counters)."""
+    more steps; also writes out_dir/restore_stats_rank_<r>.json (the executor's counters). `cooperative`: the
+    ranks read cooperatively and exchange over gloo, in rounds of COOPERATIVE_ROUND_BYTES (small, so that the
+    tiny model's restore takes several rounds)."""
     return _launch("restore", zero_stage, dp, out_dir, bf16, train_steps, checkpoint_dir=ucp_parent, variant=variant,
-                   python_dir=python_dir)
+                   python_dir=python_dir, cooperative=cooperative)
 
 
 def train_uninterrupted(zero_stage: int, dp: int, out_dir: Path, bf16: bool = False, steps: int = 3,
@@ -155,7 +162,9 @@ def _worker(args: argparse.Namespace) -> None:
     elif args.mode == "restore":
         sys.path.insert(0, args.python_dir)
         import reshardfs
-        client = reshardfs.restore(engine, args.checkpoint)
+        client = reshardfs.restore(engine, args.checkpoint, cooperative=args.cooperative,
+                                   chunk_bytes=COOPERATIVE_CHUNK_BYTES if args.cooperative else 8 << 20,
+                                   round_bytes=COOPERATIVE_ROUND_BYTES)
         (out / f"restore_stats_rank_{dist.get_rank()}.json").write_text(json.dumps(client["reshardfs_stats"]))
     else:
         load_path, _ = engine.load_checkpoint(args.checkpoint)
@@ -174,6 +183,7 @@ if __name__ == "__main__":
     ap.add_argument("--mode", choices=MODES, required=True)
     ap.add_argument("--checkpoint")
     ap.add_argument("--python-dir")
+    ap.add_argument("--cooperative", action="store_true")
     ap.add_argument("--zero-stage", type=int, required=True)
     ap.add_argument("--dp", type=int, required=True)
     ap.add_argument("--out", required=True)

@@ -9,7 +9,8 @@ Two kinds of check, both exact (tensors bit for bit, torch.equal on their bytes)
   with DP 2 -> 4 and bf16 lp weights, ZeRO-3 DP 2 -> 4, and TP 2 -> 1 and 2 -> 2 (DP 1 -> 2) of the tiny AutoTP
   Llama.
 - test_restore_matches_load_universal[<case>]: `dp` CPU ranks (gloo) build the target engine, call
-  reshardfs.restore(engine, UCP) instead of load_checkpoint, snapshot the live engine and train 3 more steps
+  reshardfs.restore(engine, UCP) instead of load_checkpoint (in the cooperative cases, with cooperative=True:
+  the 4 ranks split the reads and exchange pieces with gloo all-to-alls, in several rounds), snapshot the live engine and train 3 more steps
   (ds_resume.restore_from_universal). The snapshot must equal DeepSpeed's own load_universal at the same layout
   (ds_reference, shared with test_resume_from_mount.py, where the mount is held to the same reference), and the
   losses and state after 3 steps must equal that run's. For ZeRO-3 the reference is load_universal with its two
@@ -52,13 +53,16 @@ FILL_CASES = {
     "llama_tp2_dp1_to_dp2": (LLAMA_UCP, 1, 2, 2, "fp32"),
 }
 
-# id: (UCP, target ZeRO stage, DP, bf16 target)
+# id: (UCP, target ZeRO stage, DP, bf16 target, cooperative)
 RESTORE_CASES = {
-    "zero1_dp2_to_dp1": (UCP, 1, 1, False),
-    "zero1_dp2_to_dp4": (UCP, 1, 4, False),
-    "zero1_to_zero2_fp32_to_bf16_dp2_to_dp4": (UCP, 2, 4, True),
-    "zero3_dp2_to_dp1": (ZERO3_UCP, 3, 1, False),
-    "zero3_fp32_to_bf16_dp2_to_dp4": (ZERO3_UCP, 3, 4, True),
+    "zero1_dp2_to_dp1": (UCP, 1, 1, False, False),
+    "zero1_dp2_to_dp4": (UCP, 1, 4, False, False),
+    "zero1_to_zero2_fp32_to_bf16_dp2_to_dp4": (UCP, 2, 4, True, False),
+    "zero3_dp2_to_dp1": (ZERO3_UCP, 3, 1, False, False),
+    "zero3_fp32_to_bf16_dp2_to_dp4": (ZERO3_UCP, 3, 4, True, False),
+    # 4 ranks reading cooperatively and exchanging over gloo, in several rounds.
+    "cooperative_zero1_to_zero2_fp32_to_bf16_dp2_to_dp4": (UCP, 2, 4, True, True),
+    "cooperative_zero3_fp32_to_bf16_dp2_to_dp4": (ZERO3_UCP, 3, 4, True, True),
 }
 
 
@@ -161,9 +165,11 @@ def test_refusals(reshardfs_c: Any) -> None:
 def restored(reshardfs_python: Path, tmp_path_factory: pytest.TempPathFactory):
     cache = RunCache()
 
-    def run(ucp: Path, stage: int, dp: int, bf16: bool) -> Path:
-        out = tmp_path_factory.mktemp(f"restore_{ucp.parent.name}_z{stage}_dp{dp}{'_bf16' if bf16 else ''}")
-        restore_from_universal(ucp, stage, dp, out, reshardfs_python, bf16=bf16, train_steps=REFERENCE_TRAIN_STEPS)
+    def run(ucp: Path, stage: int, dp: int, bf16: bool, cooperative: bool) -> Path:
+        out = tmp_path_factory.mktemp(f"restore_{ucp.parent.name}_z{stage}_dp{dp}{'_bf16' if bf16 else ''}"
+                                      f"{'_cooperative' if cooperative else ''}")
+        restore_from_universal(ucp, stage, dp, out, reshardfs_python, bf16=bf16, train_steps=REFERENCE_TRAIN_STEPS,
+                               cooperative=cooperative)
         return out
 
     return lambda *key: cache.get(key, lambda: run(*key))
@@ -174,8 +180,8 @@ def restored(reshardfs_python: Path, tmp_path_factory: pytest.TempPathFactory):
 @pytest.mark.parametrize("layout", list(RESTORE_CASES))
 def test_restore_matches_load_universal(layout: str, restored, load_universal_trained, tmp_path_factory) -> None:
     case = layout
-    ucp, stage, dp, bf16 = RESTORE_CASES[case]
-    restore_dir = restored(ucp, stage, dp, bf16)
+    ucp, stage, dp, bf16, cooperative = RESTORE_CASES[case]
+    restore_dir = restored(ucp, stage, dp, bf16, cooperative)
     reference_dir = load_universal_trained(ucp, stage, dp, bf16, "")
     if stage == 3:
         trained_dir = tmp_path_factory.mktemp(f"corrected_{case}")
@@ -188,10 +194,17 @@ def test_restore_matches_load_universal(layout: str, restored, load_universal_tr
         if stage == 3:  # load_universal gives every group group 0's hyper-parameters; the UCP has the real ones
             want["param_groups"] = ucp_param_groups(ucp)
         assert_same_snapshot(got, want, f"{case} rank {rank}: restore vs load_universal")
-        stats = json.loads((restore_dir / f"restore_stats_rank_{rank}.json").read_text())
-        assert stats["bytes_copied"] > 0, stats
         got_losses = json.loads((restore_dir / f"losses_rank_{rank}.json").read_text())
         want_losses = json.loads((trained_dir / f"losses_rank_{rank}.json").read_text())
         assert got_losses == want_losses, f"{case} rank {rank}: losses {got_losses} != {want_losses}"
         assert_same_snapshot(load(restore_dir / f"after_rank_{rank}.pt"), load(trained_dir / f"after_rank_{rank}.pt"),
-                    f"{case} rank {rank}: after {REFERENCE_TRAIN_STEPS} steps")
+                             f"{case} rank {rank}: after {REFERENCE_TRAIN_STEPS} steps")
+    stats = [json.loads((restore_dir / f"restore_stats_rank_{rank}.json").read_text()) for rank in range(dp)]
+    if cooperative:
+        # Several rounds, and every rank received pieces others read. At ZeRO-1/2 every rank's lp weights are
+        # the whole model, which the ranks alone would read 4 times: the node reads them once.
+        assert all(s["rounds"] > 1 and s["bytes_received"] > 0 for s in stats), stats
+        if stage != 3:
+            assert 2 * sum(s["bytes_read"] for s in stats) < sum(s["bytes_owned"] for s in stats), stats
+    else:
+        assert all(s["bytes_copied"] > 0 for s in stats), stats

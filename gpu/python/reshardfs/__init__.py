@@ -15,8 +15,8 @@ Set from the checkpoint's small metadata files (read with torch.load, tensors me
 optimizer step (one per group or sub-group, never shared), every param group's hyper-parameters,
 the loss-scaler state, the lr scheduler, global_steps, global_samples and skipped_steps.
 
-Not yet: BF16_Optimizer engines, NVMe/CPU-offloaded ZeRO-3 optimizers, cooperative node-wide
-reads. Those raise NotImplementedError.
+With cooperative=True the ranks of a node split the reads (each source byte read once per node) and
+exchange pieces with all-to-alls (gpu/node_executor.h). Not yet: BF16_Optimizer engines (NotImplementedError).
 """
 
 from __future__ import annotations
@@ -95,18 +95,60 @@ def _backend(tensors: list[Any]) -> tuple[str, int]:
     raise NotImplementedError(f"engine tensors on {device}: only cpu and cuda are supported")
 
 
+def _node_group(coords: tuple[int, int]) -> tuple[Any, list[tuple[int, int]]]:
+    """This node's process group (consecutive blocks of LOCAL_WORLD_SIZE ranks) and every node rank's
+    (tp_rank, dp_rank), in node-rank order."""
+    import os
+    import torch.distributed as dist
+    size = int(os.environ.get("LOCAL_WORLD_SIZE", dist.get_world_size()))
+    if size < 1 or dist.get_world_size() % size != 0:
+        raise ValueError(f"LOCAL_WORLD_SIZE={size} does not divide the world size {dist.get_world_size()}")
+    group, _ = dist.new_subgroups(group_size=size)
+    node_ranks: list[Any] = [None] * size
+    dist.all_gather_object(node_ranks, coords, group=group)
+    return group, [tuple(c) for c in node_ranks]
+
+
+def _fill_cooperatively(node: Any, group: Any, buffers: list[tuple], backend: str, device: int, lanes: int,
+                        chunk_bytes: int, round_bytes: int) -> dict[str, Any]:
+    """Each round: read this rank's chunks (its own pieces land directly, the others' are packed), one
+    all-to-all over the node group, then unpack what the other ranks read for this one."""
+    import time
+    import torch
+    import torch.distributed as dist
+    start = time.monotonic()
+    node.prepare(buffers, backend=backend, lanes=lanes, chunk_bytes=chunk_bytes, round_bytes=round_bytes,
+                 device=device)
+    where = "cpu" if backend == "host" else f"cuda:{device}"
+    exchanged = 0
+    for k in range(node.rounds):
+        send_sizes, recv_sizes = node.send_sizes(k), node.recv_sizes(k)
+        send = torch.empty(sum(send_sizes), dtype=torch.uint8, device=where)
+        recv = torch.empty(sum(recv_sizes), dtype=torch.uint8, device=where)
+        node.read_round(k, send.data_ptr())
+        dist.all_to_all_single(recv, send, recv_sizes, send_sizes, group=group)
+        node.unpack_round(k, recv.data_ptr())
+        exchanged += sum(recv_sizes)
+    return {"rounds": node.rounds, "bytes_read": node.bytes_to_read, "bytes_owned": node.bytes_owned,
+            "bytes_received": exchanged, "seconds": time.monotonic() - start}
+
+
 def _check_names(what: str, planned: list[str], live: list[str]) -> None:
     if planned != live:
         raise ValueError(f"{what}: the plan orders {planned} but the engine holds {live}; the checkpoint's model "
                          "and the engine's model (or their param groups) differ")
 
 
-def restore(engine: Any, src: str | Path, model_config: str | Path | None = None, lanes: int = 4,
-            chunk_bytes: int = 8 << 20) -> dict[str, Any]:
+def restore(engine: Any, src: str | Path, model_config: str | Path | None = None, cooperative: bool = False,
+            lanes: int = 4, chunk_bytes: int = 8 << 20, round_bytes: int = 256 << 20) -> dict[str, Any]:
     """Fills `engine` (a DeepSpeed ZeRO-1/2/3 engine, already built for the target layout) from the universal
     checkpoint `src` (its tag folder, or the folder holding latest_universal). `model_config` is the model's
     HF config.json when the checkpoint was saved without TP and the engine runs AutoTP. Returns the
     checkpoint's client state (what load_checkpoint returns) plus "reshardfs_stats" (the executor's counters).
+
+    cooperative=True: the ranks of each node (LOCAL_WORLD_SIZE consecutive ranks, as torchrun places them) read
+    each source byte once between them and exchange the pieces with all-to-alls of at most `round_bytes` per
+    round over a per-node process group (gloo on CPU, NCCL on GPUs). Every rank must call it then.
     Raises ValueError / NotImplementedError / FileNotFoundError / OSError with the planner's message."""
     import torch
     import torch.distributed as dist
@@ -122,8 +164,15 @@ def restore(engine: Any, src: str | Path, model_config: str | Path | None = None
     tp_size = bwc_tensor_model_parallel_world_size(mpu=engine.mpu)
     tp_rank = bwc_tensor_model_parallel_rank(mpu=engine.mpu)
     model_json = Path(model_config).read_text() if model_config else ""
-    plan = _C.RankPlan(str(src), json.dumps(engine._config._param_dict), tp_size, dist.get_world_size(group=dp_group),
-                       tp_rank, dist.get_rank(group=dp_group), model_json)
+    config_json = json.dumps(engine._config._param_dict)
+    dp_size, dp_rank = dist.get_world_size(group=dp_group), dist.get_rank(group=dp_group)
+    node_group = None
+    if cooperative:
+        node_group, node_ranks = _node_group((tp_rank, dp_rank))
+        plan = _C.NodeRestore(str(src), config_json, tp_size, dp_size, node_ranks, dist.get_rank(group=node_group),
+                              model_json)
+    else:
+        plan = _C.RankPlan(str(src), config_json, tp_size, dp_size, tp_rank, dp_rank, model_json)
     if plan.zero_stage != stage:
         raise ValueError(f"the plan is for ZeRO-{plan.zero_stage}, the engine runs ZeRO-{stage}")
 
@@ -163,7 +212,10 @@ def restore(engine: Any, src: str | Path, model_config: str | Path | None = None
             buffers.append(("lp", i, *_address(param.data)))
             tensors.append(param.data)
     backend, device = _backend(tensors)
-    stats = plan.fill(buffers, backend=backend, lanes=lanes, chunk_bytes=chunk_bytes, device=device)
+    if cooperative:
+        stats = _fill_cooperatively(plan, node_group, buffers, backend, device, lanes, chunk_bytes, round_bytes)
+    else:
+        stats = plan.fill(buffers, backend=backend, lanes=lanes, chunk_bytes=chunk_bytes, device=device)
 
     # Small non-tensor state, as DeepSpeed's loaders set it (but per group, and one step per flat).
     saved_groups = optim_sd["param_groups"] if "param_groups" in optim_sd else optim_sd["optimizer_state_dict"]["param_groups"]
