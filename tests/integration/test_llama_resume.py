@@ -27,7 +27,8 @@ unmodified engine.load_checkpoint(mountpoint).
   run's own continuation within 1e-4 (another layout sums in another order, so equality is not expected).
 - test_tp_restore_matches_load_universal[<case>]: the same comparison (state and 3 training steps) for
   reshardfs.restore(engine, UCP, model_config) in place of the mount (llama_resume mode "restore"): TP 2->1,
-  TP 1->2 through the built-in AutoTP rules, and ZeRO-3 at TP 2 with DP 1->2.
+  TP 1->2 through the built-in AutoTP rules (ZeRO-1, and ZeRO-1->2 with bf16 weights), ZeRO-3 at TP 2 with
+  DP 1->2, and ZeRO-3 TP 2->1.
 - test_deepspeed_zero3_without_tp_to_autotp_still_fails: records that DeepSpeed's own load_universal still
   fails on that case ("start (...) + length (...) exceeds dimension size (...)"); when it stops failing,
   upstream has fixed it and the case can also be compared against it.
@@ -190,8 +191,10 @@ def test_tp_training_matches_load_universal(layout: str, mount_resume, load_univ
                              f"rank {rank}, after {TRAIN_STEPS} steps: mount vs load_universal")  # fmt: skip
 
 
-# TP changes through reshardfs.restore (no files): 2 -> 1, 1 -> 2 by the built-in AutoTP rules, ZeRO-3 at TP 2.
-RESTORE_CASES = ["zero1_tp2_dp1_to_tp1_dp2", "zero1_tp1_dp2_to_tp2_dp1", "zero3_tp2_dp1_to_tp2_dp2"]
+# TP changes through reshardfs.restore (no files): 2 -> 1, 1 -> 2 by the built-in AutoTP rules (also into
+# ZeRO-2 with bf16 weights), ZeRO-3 at TP 2 with DP 1 -> 2 and ZeRO-3 TP 2 -> 1.
+RESTORE_CASES = ["zero1_tp2_dp1_to_tp1_dp2", "zero1_tp1_dp2_to_tp2_dp1", "zero1_to_zero2_fp32_to_bf16_tp1_dp2_to_tp2_dp1",
+                 "zero3_tp2_dp1_to_tp2_dp2", "zero3_tp2_dp1_to_tp1_dp2"]
 
 
 @pytest.mark.parametrize("layout", RESTORE_CASES)
