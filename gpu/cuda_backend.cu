@@ -44,6 +44,15 @@ __global__ void ConvertKernel(const float* in, uint16_t* out, uint64_t n, bool b
   }
 }
 
+// Rounds `source_bytes` of float32 at device address `in` into `out` on `stream`.
+Status LaunchConvert(cudaStream_t stream, const uint8_t* in, void* out, uint64_t source_bytes, plan::Conversion c) {
+  const uint64_t n = source_bytes / 4;
+  const unsigned blocks = static_cast<unsigned>(n / 256 + 1 < 4096 ? n / 256 + 1 : 4096);
+  ConvertKernel<<<blocks, 256, 0, stream>>>(reinterpret_cast<const float*>(in), static_cast<uint16_t*>(out), n,
+                                            c == plan::Conversion::kFp32ToBf16);
+  return CudaCheck(cudaGetLastError(), "ConvertKernel launch");
+}
+
 }  // namespace
 
 CudaBackend::~CudaBackend() { Release(); }
@@ -111,12 +120,7 @@ Status CudaBackend::Scatter(size_t lane, int slot, const CopyOp* ops, size_t cou
     }
     RS_CUDA(cudaMemcpyAsync(scratch + op.staging_offset, staging + op.staging_offset, op.source_bytes,
                             cudaMemcpyHostToDevice, stream));
-    const uint64_t n = op.source_bytes / 4;
-    const unsigned blocks = static_cast<unsigned>(n / 256 + 1 < 4096 ? n / 256 + 1 : 4096);
-    ConvertKernel<<<blocks, 256, 0, stream>>>(reinterpret_cast<const float*>(scratch + op.staging_offset),
-                                              static_cast<uint16_t*>(op.dest), n,
-                                              op.conversion == plan::Conversion::kFp32ToBf16);
-    RS_CUDA(cudaGetLastError());
+    RS_RETURN_IF_ERROR(LaunchConvert(stream, scratch + op.staging_offset, op.dest, op.source_bytes, op.conversion));
   }
   RS_CUDA(cudaEventRecord(static_cast<cudaEvent_t>(l.events[slot]), stream));
   return Status();
@@ -131,12 +135,7 @@ Status CudaBackend::ScatterFrom(const uint8_t* base, const CopyOp* ops, size_t c
       RS_CUDA(cudaMemcpyAsync(op.dest, base + op.staging_offset, op.source_bytes, cudaMemcpyDefault, stream));
       continue;
     }
-    const uint64_t n = op.source_bytes / 4;
-    const unsigned blocks = static_cast<unsigned>(n / 256 + 1 < 4096 ? n / 256 + 1 : 4096);
-    ConvertKernel<<<blocks, 256, 0, stream>>>(reinterpret_cast<const float*>(base + op.staging_offset),
-                                              static_cast<uint16_t*>(op.dest), n,
-                                              op.conversion == plan::Conversion::kFp32ToBf16);
-    RS_CUDA(cudaGetLastError());
+    RS_RETURN_IF_ERROR(LaunchConvert(stream, base + op.staging_offset, op.dest, op.source_bytes, op.conversion));
   }
   RS_CUDA(cudaStreamSynchronize(stream));
   return Status();

@@ -13,7 +13,8 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT=${GPU_CHECK_BUILD:-$REPO/build-gpu-check}
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 SOURCES=(reshard/base/status.cc reshard/format/dtype.cc reshard/view/gather.cc reshard/view/dtype_convert.cc
-  reshard/plan/extent.cc gpu/executor.cc gpu/host_backend.cc gpu/cuda_backend.cu gpu/tools/gpu_check.cc)
+  reshard/plan/extent.cc gpu/read_schedule.cc gpu/executor.cc gpu/host_backend.cc gpu/cuda_backend.cu
+  gpu/tools/gpu_check.cc)
 
 mkdir -p "$OUT"
 start=$SECONDS

@@ -63,15 +63,6 @@ bool WriteSource(const std::string& path, uint64_t numel) {
   return ::close(fd) == 0 && ok;
 }
 
-plan::StoragePlan Plan(const char* key, format::DType dtype, plan::Conversion conversion, plan::ExtentList extents) {
-  plan::StoragePlan s;
-  s.key = key;
-  s.dtype = dtype;
-  s.conversion = conversion;
-  s.numel = plan::NumElements(extents);
-  s.extents = std::move(extents);
-  return s;
-}
 
 // Removes the source file however Main returns.
 struct RemoveOnExit {
@@ -92,17 +83,17 @@ int Main(const Args& args) {
   std::vector<plan::StoragePlan> plans;
   plan::ExtentList e;
   plan::AppendExtents(e, 0, {view::Gather::Source(0, half)});
-  plans.push_back(Plan("flat", format::DType::kFloat32, plan::Conversion::kCopy, e));
+  plans.push_back(plan::MakeStoragePlan("flat", format::DType::kFloat32, plan::Conversion::kCopy, e));
   e.clear();
   const uint64_t rows = (numel - half) / kRowElems;
   plan::AppendExtents(e, 0, {view::Gather::Source(half + kRowElems / 2, kRowElems / 2, rows, kRowElems)});
-  plans.push_back(Plan("rows", format::DType::kFloat32, plan::Conversion::kCopy, e));
+  plans.push_back(plan::MakeStoragePlan("rows", format::DType::kFloat32, plan::Conversion::kCopy, e));
   e.clear();
   plan::AppendExtents(e, 0, {view::Gather::Source(0, half / 2)});
-  plans.push_back(Plan("lp", format::DType::kBFloat16, plan::Conversion::kFp32ToBf16, e));
+  plans.push_back(plan::MakeStoragePlan("lp", format::DType::kBFloat16, plan::Conversion::kFp32ToBf16, e));
   e.clear();
   plan::AppendZeros(e, (uint64_t{1} << 20) / 4);
-  plans.push_back(Plan("padding", format::DType::kFloat32, plan::Conversion::kCopy, e));
+  plans.push_back(plan::MakeStoragePlan("padding", format::DType::kFloat32, plan::Conversion::kCopy, e));
 
   uint64_t total = 0;
   for (const auto& p : plans) total += p.nbytes();

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "reshard/format/dtype.h"
@@ -35,6 +36,17 @@ struct StoragePlan {
 
   uint64_t nbytes() const { return numel * format::ItemSize(dtype); }
 };
+
+// A storage of `dtype` holding every element of `extents`, converted from its sources by `conversion`.
+inline StoragePlan MakeStoragePlan(std::string key, format::DType dtype, Conversion conversion, ExtentList extents) {
+  StoragePlan s;
+  s.key = std::move(key);
+  s.dtype = dtype;
+  s.numel = NumElements(extents);
+  s.conversion = conversion;
+  s.extents = std::move(extents);
+  return s;
+}
 
 struct FilePlan {
   std::string path;  // relative to the served root, e.g. "global_step3/mp_rank_00_model_states.pt"

@@ -13,12 +13,7 @@ namespace {
 Result<StoragePlan> Fp32Storage(std::map<std::string, ExtentList>& states, const char* key) {
   auto it = states.find(key);
   if (it == states.end()) return Internal(std::string("a planned partition without ") + key);
-  StoragePlan s;
-  s.key = key;
-  s.dtype = format::DType::kFloat32;
-  s.numel = NumElements(it->second);
-  s.extents = std::move(it->second);
-  return s;
+  return MakeStoragePlan(key, format::DType::kFloat32, Conversion::kCopy, std::move(it->second));
 }
 
 Result<FlatState> MakeFlat(size_t param_group, std::vector<std::string> names,
@@ -70,11 +65,7 @@ Result<RankStatePlan> PlanRankState(const ucp::UniversalCheckpoint& ckpt, const 
         param.name = name;
         param.param_group = g;
         param.shape = std::move(lp.shape);
-        param.weight.key = name;
-        param.weight.dtype = target.lp_dtype;
-        param.weight.numel = NumElements(lp.extents);
-        param.weight.conversion = lp.conversion;
-        param.weight.extents = std::move(lp.extents);
+        param.weight = MakeStoragePlan(name, target.lp_dtype, lp.conversion, std::move(lp.extents));
         out.lp_params.push_back(std::move(param));
       }
       RS_ASSIGN_OR_RETURN(FlatState f, MakeFlat(g, std::move(groups[g].param_names), std::move(groups[g].local_shapes),

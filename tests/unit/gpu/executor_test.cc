@@ -68,15 +68,6 @@ class SourceFile {
   std::vector<float> a_, b_;
 };
 
-StoragePlan Plan(const std::string& key, format::DType dtype, Conversion conversion, ExtentList extents) {
-  StoragePlan s;
-  s.key = key;
-  s.dtype = dtype;
-  s.conversion = conversion;
-  s.numel = plan::NumElements(extents);
-  s.extents = std::move(extents);
-  return s;
-}
 
 // The expected float32 elements of `extents`, by walking every run element by element.
 std::vector<float> Expected(const SourceFile& f, const ExtentList& extents) {
@@ -106,10 +97,10 @@ bool SameBits(const std::vector<float>& got, const std::vector<float>& want) {
 
 TEST_CASE("executor copies strided gathers, zeros and shared source bytes exactly", "[executor]") {
   SourceFile f;
-  const StoragePlan mixed = Plan("mixed", format::DType::kFloat32, Conversion::kCopy, Mixed());
+  const StoragePlan mixed = plan::MakeStoragePlan("mixed", format::DType::kFloat32, Conversion::kCopy, Mixed());
   ExtentList overlap;  // reads bytes `mixed` reads too: one read, two destinations
   plan::AppendExtents(overlap, 0, {Gather::Source(0, kA)});
-  const StoragePlan whole = Plan("whole", format::DType::kFloat32, Conversion::kCopy, overlap);
+  const StoragePlan whole = plan::MakeStoragePlan("whole", format::DType::kFloat32, Conversion::kCopy, overlap);
 
   for (const uint64_t chunk : {uint64_t{128}, uint64_t{4096}, uint64_t{8} << 20}) {
     for (const uint64_t gap : {uint64_t{0}, uint64_t{1} << 20}) {
@@ -144,8 +135,8 @@ TEST_CASE("executor rounds fp32 to bf16 and fp16 like dtype_convert", "[executor
   SourceFile f;
   ExtentList e;
   plan::AppendExtents(e, 0, {Gather::Source(3, 17, 40, 70)});
-  const StoragePlan bf16 = Plan("bf16", format::DType::kBFloat16, Conversion::kFp32ToBf16, e);
-  const StoragePlan fp16 = Plan("fp16", format::DType::kFloat16, Conversion::kFp32ToFp16, e);
+  const StoragePlan bf16 = plan::MakeStoragePlan("bf16", format::DType::kBFloat16, Conversion::kFp32ToBf16, e);
+  const StoragePlan fp16 = plan::MakeStoragePlan("fp16", format::DType::kFloat16, Conversion::kFp32ToFp16, e);
   std::vector<uint16_t> got_bf16(bf16.numel), got_fp16(fp16.numel);
   ExecutorOptions options;
   options.chunk_bytes = 192;
@@ -170,7 +161,7 @@ TEST_CASE("executor refuses bad plans and reports short reads", "[executor]") {
   SECTION("an extent past its source") {
     ExtentList e;
     plan::AppendExtents(e, 1, {Gather::Source(kB - 3, 4)});
-    const StoragePlan s = Plan("past", format::DType::kFloat32, Conversion::kCopy, e);
+    const StoragePlan s = plan::MakeStoragePlan("past", format::DType::kFloat32, Conversion::kCopy, e);
     auto ex = Executor::Create(f.sources(), {{&s, out.data()}});
     REQUIRE(ex.status().code() == StatusCode::kInvalidArgument);
     CHECK_THAT(ex.status().message(), Catch::Contains("reads past the 777 elements"));
@@ -178,7 +169,7 @@ TEST_CASE("executor refuses bad plans and reports short reads", "[executor]") {
   SECTION("a conversion its dtypes do not allow") {
     ExtentList e;
     plan::AppendExtents(e, 0, {Gather::Source(0, 4)});
-    const StoragePlan s = Plan("bad", format::DType::kFloat32, Conversion::kFp32ToBf16, e);
+    const StoragePlan s = plan::MakeStoragePlan("bad", format::DType::kFloat32, Conversion::kFp32ToBf16, e);
     auto ex = Executor::Create(f.sources(), {{&s, out.data()}});
     REQUIRE(ex.status().code() == StatusCode::kInvalidArgument);
     CHECK_THAT(ex.status().message(), Catch::Contains("cannot be filled from"));
@@ -186,13 +177,13 @@ TEST_CASE("executor refuses bad plans and reports short reads", "[executor]") {
   SECTION("a missing source") {
     ExtentList e;
     plan::AppendExtents(e, 2, {Gather::Source(0, 4)});
-    const StoragePlan s = Plan("missing", format::DType::kFloat32, Conversion::kCopy, e);
+    const StoragePlan s = plan::MakeStoragePlan("missing", format::DType::kFloat32, Conversion::kCopy, e);
     CHECK(Executor::Create(f.sources(), {{&s, out.data()}}).status().code() == StatusCode::kInvalidArgument);
   }
   SECTION("a destination without a buffer, and bad options") {
     ExtentList e;
     plan::AppendExtents(e, 0, {Gather::Source(0, 4)});
-    const StoragePlan s = Plan("null", format::DType::kFloat32, Conversion::kCopy, e);
+    const StoragePlan s = plan::MakeStoragePlan("null", format::DType::kFloat32, Conversion::kCopy, e);
     CHECK(Executor::Create(f.sources(), {{&s, nullptr}}).status().code() == StatusCode::kInvalidArgument);
     ExecutorOptions options;
     options.chunk_bytes = 100;
@@ -208,7 +199,7 @@ TEST_CASE("executor refuses bad plans and reports short reads", "[executor]") {
   SECTION("a file truncated after the plan") {
     ExtentList e;
     plan::AppendExtents(e, 1, {Gather::Source(0, kB)});
-    const StoragePlan s = Plan("b", format::DType::kFloat32, Conversion::kCopy, e);
+    const StoragePlan s = plan::MakeStoragePlan("b", format::DType::kFloat32, Conversion::kCopy, e);
     auto ex = Executor::Create(f.sources(), {{&s, out.data()}});
     REQUIRE(ex.ok());
     REQUIRE(::truncate(f.path().c_str(), static_cast<off_t>(kOffsetB + 10)) == 0);
@@ -228,10 +219,10 @@ std::vector<std::vector<StoragePlan>> NodePlans() {
     plan::AppendExtents(shared, 1, {Gather::Source(r * 100, 400)});
     plan::AppendExtents(padded, 0, {Gather::Source(2700 + r * 50, 50)});
     plan::AppendZeros(padded, 7);
-    plans[r].push_back(Plan("slice", format::DType::kFloat32, Conversion::kCopy, slice));
-    plans[r].push_back(Plan("shared", format::DType::kFloat32, Conversion::kCopy, shared));
-    plans[r].push_back(Plan("shared_bf16", format::DType::kBFloat16, Conversion::kFp32ToBf16, shared));
-    plans[r].push_back(Plan("padded", format::DType::kFloat32, Conversion::kCopy, padded));
+    plans[r].push_back(plan::MakeStoragePlan("slice", format::DType::kFloat32, Conversion::kCopy, slice));
+    plans[r].push_back(plan::MakeStoragePlan("shared", format::DType::kFloat32, Conversion::kCopy, shared));
+    plans[r].push_back(plan::MakeStoragePlan("shared_bf16", format::DType::kBFloat16, Conversion::kFp32ToBf16, shared));
+    plans[r].push_back(plan::MakeStoragePlan("padded", format::DType::kFloat32, Conversion::kCopy, padded));
   }
   return plans;
 }
