@@ -8,6 +8,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from fuse_mount import requires_fuse
 
 REPO = Path(__file__).resolve().parents[2]
@@ -15,6 +17,7 @@ EXAMPLE_TIMEOUT_S = 900
 
 
 @requires_fuse
+@pytest.mark.timeout(EXAMPLE_TIMEOUT_S + 60)  # the script's own limit, not test.sh's 300 s per test, decides
 def test_resume_4_to_2_example(reshardfs: Path, tmp_path: Path) -> None:
     env = dict(os.environ, RESHARDFS_BIN=str(reshardfs))
     done = subprocess.run(["bash", str(REPO / "examples" / "resume_4_to_2.sh"), str(tmp_path / "work")], env=env,
