@@ -12,21 +12,36 @@ struct SuffixRule {
   AutoTpRole role;
 };
 
-// LlamaForCausalLM under AutoTP's training path: the attention output and MLP down projections
-// end a residual branch and are all-reduced (row-parallel); the other projections and the
-// untied lm_head are column-parallel; embeddings and RMSNorm weights stay whole. Exactly what
-// DeepSpeed 0.19.8 recorded for every parameter of examples/tiny_llama_tp2.
-constexpr std::array<SuffixRule, 11> kLlamaRules = {{
+// The Hugging Face decoder families whose AutoTP layout was recorded from DeepSpeed 0.19.8 (sorted). All
+// four carry the same HF tp_plan, which AutoTP's training path follows: the attention output and MLP down
+// projections end a residual branch and are all-reduced (row-parallel, their biases added whole after the
+// reduce); the other projections, their biases and the untied lm_head are column-parallel; embeddings and
+// norm weights (qwen3's per-head q_norm/k_norm included) stay whole. What a family does not have (a bias
+// mistral never builds) never occurs in its checkpoints. Recorded per parameter in
+// tests/unit/layout/autotp_layouts.json (llama with every optional bias, mistral, qwen2, qwen3) and, for
+// llama, in the affine_map of examples/tiny_llama_tp2.
+constexpr std::array<std::string_view, 4> kDecoderFamilies = {"llama", "mistral", "qwen2", "qwen3"};
+
+constexpr std::array<SuffixRule, 20> kDecoderRules = {{
     {".self_attn.q_proj.weight", AutoTpRole::kColumn},
+    {".self_attn.q_proj.bias", AutoTpRole::kColumn},
     {".self_attn.k_proj.weight", AutoTpRole::kColumn},
+    {".self_attn.k_proj.bias", AutoTpRole::kColumn},
     {".self_attn.v_proj.weight", AutoTpRole::kColumn},
+    {".self_attn.v_proj.bias", AutoTpRole::kColumn},
     {".self_attn.o_proj.weight", AutoTpRole::kRow},
+    {".self_attn.o_proj.bias", AutoTpRole::kReplicated},
     {".mlp.gate_proj.weight", AutoTpRole::kColumn},
+    {".mlp.gate_proj.bias", AutoTpRole::kColumn},
     {".mlp.up_proj.weight", AutoTpRole::kColumn},
+    {".mlp.up_proj.bias", AutoTpRole::kColumn},
     {".mlp.down_proj.weight", AutoTpRole::kRow},
+    {".mlp.down_proj.bias", AutoTpRole::kReplicated},
     {"embed_tokens.weight", AutoTpRole::kReplicated},
     {"input_layernorm.weight", AutoTpRole::kReplicated},
     {"post_attention_layernorm.weight", AutoTpRole::kReplicated},
+    {".self_attn.q_norm.weight", AutoTpRole::kReplicated},
+    {".self_attn.k_norm.weight", AutoTpRole::kReplicated},
     {"norm.weight", AutoTpRole::kReplicated},
 }};
 
@@ -48,7 +63,9 @@ int SplitDim(AutoTpRole role) {
   return -1;
 }
 
-std::vector<std::string> BuiltinAutoTpModelTypes() { return {"llama"}; }
+std::vector<std::string> BuiltinAutoTpModelTypes() {
+  return std::vector<std::string>(kDecoderFamilies.begin(), kDecoderFamilies.end());
+}
 
 Result<AutoTpRole> BuiltinAutoTpRule(std::string_view model_type, std::string_view param_name,
                                      bool tied_word_embeddings) {
@@ -65,9 +82,9 @@ Result<AutoTpRole> BuiltinAutoTpRule(std::string_view model_type, std::string_vi
   }
   // lm_head is matched whole: "lm_head.weight" (or with a wrapper prefix), never "*_lm_head".
   if (param_name == "lm_head.weight" || EndsWith(param_name, ".lm_head.weight")) return AutoTpRole::kColumn;
-  const auto it = std::find_if(kLlamaRules.begin(), kLlamaRules.end(),
+  const auto it = std::find_if(kDecoderRules.begin(), kDecoderRules.end(),
                                [&](const SuffixRule& r) { return EndsWith(param_name, r.suffix); });
-  if (it == kLlamaRules.end()) {
+  if (it == kDecoderRules.end()) {
     return Unsupported("parameter '" + std::string(param_name) + "': no built-in AutoTP rule of model_type '" +
                        std::string(model_type) + "' matches it");
   }

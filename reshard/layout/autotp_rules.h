@@ -9,9 +9,12 @@
 // `model_type`.
 //
 // Only families whose rules were checked against the installed DeepSpeed are listed (see
-// BuiltinAutoTpRule): for `llama`, the affine_map a real DeepSpeed 0.19.8 AutoTP TP=2 run stored
-// (examples/tiny_llama_tp2) and DeepSpeed's own load_universal of a TP 1 Llama checkpoint at
-// TP 2 (tests/integration/test_llama_resume.py). Everything else is refused rather than guessed.
+// BuiltinAutoTpRule): llama, mistral, qwen2 and qwen3, against the affine_map DeepSpeed 0.19.8's
+// AutoTP records for every parameter of a tiny model of each (tests/unit/layout/autotp_layouts.json,
+// re-recorded from the pinned package by tests/integration/test_autotp_layouts.py), the split dims
+// and KV-aware shard sizes both; llama and qwen2 also end to end, DeepSpeed's own load_universal of
+// a TP 1 checkpoint at TP 2 against the served files (tests/integration/test_llama_resume.py).
+// Everything else is refused rather than guessed.
 // Pure functions. Public header: C++17.
 #pragma once
 
@@ -41,7 +44,7 @@ std::vector<std::string> BuiltinAutoTpModelTypes();
 // `tied_word_embeddings`: the model config's tie_word_embeddings (AutoTP gives a tied head a
 // special layer these rules do not describe).
 // Errors (kUnsupported, naming the parameter or type): an unlisted model_type, a tied model, a
-// parameter no rule of the family matches (biases included: none was checked yet).
+// parameter no rule of the family matches.
 Result<AutoTpRole> BuiltinAutoTpRule(std::string_view model_type, std::string_view param_name,
                                      bool tied_word_embeddings);
 

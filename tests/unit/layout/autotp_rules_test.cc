@@ -1,11 +1,16 @@
 // layout::BuiltinAutoTpRule against what real DeepSpeed 0.19.8 AutoTP recorded: every parameter of
 // examples/tiny_llama_tp2 (a LlamaForCausalLM trained at AutoTP TP 2) has an affine_map entry whose
-// split dim the rule must reproduce; and the rule's refusals.
+// split dim the rule must reproduce; every parameter of the tiny llama / mistral / qwen2 / qwen3 models
+// of autotp_layouts.json (recorded by tests/integration/autotp_layouts.py) has the split dim and
+// per-rank shard sizes the rule and GetShardSizeList must reproduce; and the rule's refusals.
 #include "reshard/layout/autotp_rules.h"
 
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
+#include "reshard/layout/tp_partition.h"
 #include "reshard/ucp/universal_checkpoint.h"
 
 namespace reshard::layout {
@@ -33,6 +38,42 @@ TEST_CASE("The built-in llama rules give every parameter the split DeepSpeed's A
   CHECK(split == 15);  // 7 projections x 2 layers + lm_head
 }
 
+TEST_CASE("The built-in rules reproduce AutoTP's recorded layout of every listed family", "[autotp]") {
+  std::ifstream in(RepoRoot() / "tests/unit/layout/autotp_layouts.json");
+  REQUIRE(in.good());
+  const nlohmann::json doc = nlohmann::json::parse(in);
+  const int tp = doc.at("tp_size").get<int>();
+  std::vector<std::string> families;
+  for (const auto& [family, layout] : doc.at("families").items()) {
+    families.push_back(layout.at("model_type").get<std::string>());
+    const nlohmann::json& config = layout.at("config");
+    const int64_t kv_heads = config.at("num_key_value_heads").get<int64_t>();
+    int split = 0;
+    int uneven = 0;
+    for (const auto& [name, recorded] : layout.at("params").items()) {
+      INFO(family << " " << name);
+      auto role = BuiltinAutoTpRule(families.back(), name, config.at("tie_word_embeddings").get<bool>());
+      REQUIRE(role.ok());
+      const int dim = SplitDim(*role);
+      if (recorded.at("split_dim").is_null()) {
+        CHECK(dim == -1);
+        continue;
+      }
+      REQUIRE(dim == recorded.at("split_dim").get<int>());
+      const auto shape = recorded.at("shape").get<std::vector<int64_t>>();
+      auto sizes = GetShardSizeList(shape.at(static_cast<size_t>(dim)), tp, name.substr(0, name.rfind('.')), kv_heads);
+      REQUIRE(sizes.ok());
+      const auto expected = recorded.at("shard_sizes").get<std::vector<int64_t>>();
+      CHECK(*sizes == expected);
+      ++split;
+      uneven += expected.front() != expected.back() ? 1 : 0;
+    }
+    CHECK(split >= 15);   // 7 projections x 2 layers + lm_head, at least
+    CHECK(uneven >= 8);   // q/k/v/o of 2 layers: 3 KV heads over 2 ranks
+  }
+  CHECK(families == BuiltinAutoTpModelTypes());
+}
+
 TEST_CASE("Built-in AutoTP rules refuse what they do not know", "[autotp]") {
   const auto unsupported = [](const Result<AutoTpRole>& r, const std::string& text) {
     REQUIRE_FALSE(r.ok());
@@ -40,12 +81,12 @@ TEST_CASE("Built-in AutoTP rules refuse what they do not know", "[autotp]") {
     CHECK_THAT(r.status().message(), Catch::Contains(text));
   };
   unsupported(BuiltinAutoTpRule("gpt2", "transformer.h.0.attn.c_attn.weight", false),
-              "no built-in AutoTP rules for model_type 'gpt2' (reshardfs knows: llama)");
+              "no built-in AutoTP rules for model_type 'gpt2' (reshardfs knows: llama, mistral, qwen2, qwen3)");
   unsupported(BuiltinAutoTpRule("llama", "model.embed_tokens.weight", true), "tie_word_embeddings");
-  unsupported(BuiltinAutoTpRule("llama", "model.layers.0.self_attn.q_proj.bias", false),
-              "parameter 'model.layers.0.self_attn.q_proj.bias': no built-in AutoTP rule of model_type 'llama'");
+  unsupported(BuiltinAutoTpRule("qwen2", "model.layers.0.mlp.experts.0.gate_proj.scale", false),
+              "parameter 'model.layers.0.mlp.experts.0.gate_proj.scale': no built-in AutoTP rule of model_type 'qwen2'");
   unsupported(BuiltinAutoTpRule("llama", "model.my_lm_head.weight", false), "no built-in AutoTP rule");
-  CHECK(BuiltinAutoTpModelTypes() == std::vector<std::string>{"llama"});
+  CHECK(BuiltinAutoTpModelTypes() == std::vector<std::string>{"llama", "mistral", "qwen2", "qwen3"});
   CHECK(SplitDim(AutoTpRole::kReplicated) == -1);
 }
 

@@ -1,0 +1,143 @@
+"""What the pinned DeepSpeed's AutoTP does to each Hugging Face decoder family reshardfs has built-in rules for.
+
+record(out_dir, tp) launches `tp` CPU processes (gloo) under torch.distributed.run, running this file as a
+worker. For every model of FAMILIES (tiny, fixed seed, fp32, untied head, 6 query and 3 KV heads so that the
+KV-aware shard sizes are uneven at TP 2), each rank builds the model, runs the unmodified
+deepspeed.initialize with "tensor_parallel": {"autotp_size": tp} (ZeRO-1, the Llama example's config), and
+writes
+
+  out_dir/<family>_rank_<r>.pt   {parameter name: the rank's AutoTP-local tensor}
+  out_dir/<family>_full.pt       (rank 0) {parameter name: the whole tensor, as built before AutoTP}
+  out_dir/layouts.json           (rank 0) layouts_document(): per family, the model config and, per parameter,
+                                 the split AutoTP recorded in its affine_map (the model's
+                                 universal_checkpoint_info, which an AutoTP run saves into its checkpoint)
+
+`python tests/integration/autotp_layouts.py --write FILE` records at TP 2 and writes layouts.json to FILE: that
+is how tests/unit/layout/autotp_layouts.json, the table the C++ unit test checks the built-in rules against,
+is made. tests/integration/test_autotp_layouts.py records again with the installed DeepSpeed and requires the
+same document, so the committed table cannot drift from the pinned package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ds_reference import EXAMPLES, launch
+
+sys.path.insert(0, str(EXAMPLES))
+import make_tiny_llama_checkpoint as llama  # noqa: E402
+from make_tiny_checkpoint import torchrun_cmd  # noqa: E402
+
+SEED = 2024
+# Sizes shared by every family: head_dim 16, 6 query heads, 3 KV heads.
+DIMS = dict(vocab_size=128, hidden_size=96, intermediate_size=128, num_hidden_layers=2, num_attention_heads=6,
+            num_key_value_heads=3, max_position_embeddings=32, tie_word_embeddings=False, use_cache=False)
+# family id: (transformers config class, extra config fields). "llama" turns on every optional bias
+# (attention_bias: q/k/v/o, mlp_bias: gate/up/down) so the bias rules are recorded too; qwen2 has q/k/v biases
+# of its own; qwen3 adds per-head q_norm/k_norm weights.
+FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
+    "llama": ("LlamaConfig", {"attention_bias": True, "mlp_bias": True}),
+    "mistral": ("MistralConfig", {"sliding_window": None}),
+    "qwen2": ("Qwen2Config", {}),
+    "qwen3": ("Qwen3Config", {"head_dim": 16}),
+}
+
+
+def model_config(family: str) -> Any:
+    import transformers
+    cls, extra = FAMILIES[family]
+    return getattr(transformers, cls)(**DIMS, **extra, attn_implementation="eager")
+
+
+def build_model(family: str) -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM
+    torch.manual_seed(SEED)
+    return AutoModelForCausalLM.from_config(model_config(family))
+
+
+def split_of(entry: dict[str, Any]) -> dict[str, Any]:
+    """One affine_map entry (ParamAffineMap.to_dict()) as {shape, split_dim, shard_sizes}: the dim along
+    which the ranks' shards differ from the whole tensor (None: every rank holds it whole) and each rank's
+    extent along it, in rank order. Fails on a map that is not one contiguous block per rank."""
+    shape = list(entry["logical_shape"])
+    ranks = [entry["ranks"][r] for r in sorted(entry["ranks"], key=int)]
+    dims = {d for r in ranks for d, n in enumerate(r["shard_shape"]) if n != shape[d]}
+    assert len(dims) <= 1 and all(len(r["pieces"]) == 1 for r in ranks), f"not a plain split: {entry}"
+    dim = dims.pop() if dims else None
+    return {"shape": shape, "split_dim": dim,
+            "shard_sizes": [r["shard_shape"][dim] for r in ranks] if dim is not None else None}
+
+
+def layouts_document(tp: int, layouts: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    import deepspeed
+    import transformers
+    return {"deepspeed": deepspeed.__version__, "transformers": transformers.__version__, "tp_size": tp,
+            "families": layouts}
+
+
+def record(out_dir: Path, tp: int = 2) -> Path:
+    """Runs the workers; returns out_dir. Raises RuntimeError with the failing rank's traceback on failure."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    expected = [out_dir / "layouts.json"] + [out_dir / f"{f}_rank_{r}.pt" for f in FAMILIES for r in range(tp)]
+    launch(torchrun_cmd(tp, str(Path(__file__).resolve()), ["--worker", "--out", str(out_dir.resolve())]),
+           f"autotp_layouts: {len(FAMILIES)} families at AutoTP TP {tp}", expected)
+    return out_dir
+
+
+# ---- worker (one per rank) -------------------------------------------------------------------
+
+
+def _family_layout(family: str, out: Path, tp: int, rank: int) -> dict[str, Any]:
+    import deepspeed
+    model = build_model(family)
+    if rank == 0:
+        torch.save({n: p.detach().clone() for n, p in model.named_parameters()}, out / f"{family}_full.pt")
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=llama.param_groups(model),
+                                           config=llama.ds_config(tp, 1, 1))
+    torch.save({n: p.detach().clone() for n, p in engine.module.named_parameters()}, out / f"{family}_rank_{rank}.pt")
+    info = getattr(engine.module, "universal_checkpoint_info")
+    maps = info["affine_map"]["params"]
+    params = {}
+    for name, _ in engine.module.named_parameters():
+        pattern = next((p for p in maps if p == f"^{name.replace('.', chr(92) + '.')}$"), None)
+        assert pattern is not None, f"{family}: no affine_map entry for {name}"
+        params[name] = split_of(maps[pattern])
+    return {"model_type": model_config(family).model_type, "config": model_config(family).to_diff_dict(),
+            "params": params}
+
+
+def _worker(args: argparse.Namespace) -> None:
+    import deepspeed
+    import torch.distributed as dist
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)
+    deepspeed.init_distributed(dist_backend="gloo")
+    out, tp, rank = Path(args.out), dist.get_world_size(), dist.get_rank()
+    layouts = {family: _family_layout(family, out, tp, rank) for family in FAMILIES}
+    if rank == 0:
+        (out / "layouts.json").write_text(json.dumps(layouts_document(tp, layouts), indent=1) + "\n")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--out", help=argparse.SUPPRESS)
+    ap.add_argument("--write", type=Path, help="record at TP 2 and write the layouts document to this file")
+    cli = ap.parse_args()
+    if cli.worker:
+        _worker(cli)
+    elif cli.write:
+        with tempfile.TemporaryDirectory() as tmp:
+            shutil.copyfile(record(Path(tmp)) / "layouts.json", cli.write)
+    else:
+        ap.error("pass --write FILE")
