@@ -7,8 +7,8 @@ ds_to_universal.
 
 What it does:
   1. re-launches itself under `python -m torch.distributed.run --nproc_per_node=<tp*dp>` (CPU, gloo);
-  2. each rank builds the same tiny LlamaForCausalLM (--model-type qwen2: Qwen2ForCausalLM, the
-     same sizes plus q/k/v biases) (fixed seed, fp32; hidden 64, 2 layers,
+  2. each rank builds the same tiny LlamaForCausalLM (--model qwen2: Qwen2ForCausalLM, the same
+     sizes plus q/k/v biases; qwen2_tied: also lm_head tied) (fixed seed, fp32; hidden 64, 2 layers,
      4 heads, 2 KV heads, intermediate 128, vocab 128, untied lm_head), DeepSpeed with
      "tensor_parallel": {"autotp_size": tp}, ZeRO-<stage>, torch AdamW with two param groups,
      WarmupLR; trains --steps steps on deterministic token batches;
@@ -53,29 +53,34 @@ REF_STEPS = 2  # training steps after the save, recorded in reference_losses.jso
 LOSS_RTOL = 1e-4
 
 
-# --model-type: the transformers classes of each family the example can build. qwen2 is Llama's layout plus
-# q/k/v biases (the test suite resumes it at another TP through reshardfs' built-in AutoTP rules).
-MODEL_CLASSES = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "qwen2": ("Qwen2Config", "Qwen2ForCausalLM")}
+# --model: the transformers classes and head tying of each model the example can build. qwen2 is Llama's
+# layout plus q/k/v biases; qwen2_tied also ties lm_head to the embedding (the test suite resumes both at
+# another TP through reshardfs' built-in AutoTP rules).
+MODELS = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", False),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", False),
+    "qwen2_tied": ("Qwen2Config", "Qwen2ForCausalLM", True),
+}
 
 
-def llama_config(model_type="llama"):
+def llama_config(model="llama"):
     import transformers
-    return getattr(transformers, MODEL_CLASSES[model_type][0])(vocab_size=VOCAB,
+    return getattr(transformers, MODELS[model][0])(vocab_size=VOCAB,
                        hidden_size=HIDDEN,
                        intermediate_size=INTERMEDIATE,
                        num_hidden_layers=LAYERS,
                        num_attention_heads=HEADS,
                        num_key_value_heads=KV_HEADS,
                        max_position_embeddings=2 * SEQ,
-                       tie_word_embeddings=False,
+                       tie_word_embeddings=MODELS[model][2],
                        use_cache=False,
                        attn_implementation="eager")
 
 
-def build_model(model_type="llama"):
+def build_model(model="llama"):
     import transformers
     torch.manual_seed(SEED)
-    return getattr(transformers, MODEL_CLASSES[model_type][1])(llama_config(model_type))
+    return getattr(transformers, MODELS[model][1])(llama_config(model))
 
 
 def param_groups(model):
@@ -189,8 +194,8 @@ def parse_args(argv=None):
     ap.add_argument("--zero-stage", type=int, default=1, choices=[1, 2, 3])
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--bf16", action="store_true", help="bf16 model weights (default fp32)")
-    ap.add_argument("--model-type", default="llama", choices=sorted(MODEL_CLASSES),
-                    help="the model family (default llama; qwen2 adds q/k/v biases)")
+    ap.add_argument("--model", default="llama", choices=list(MODELS),
+                    help="default llama; qwen2: Qwen2ForCausalLM (q/k/v biases); qwen2_tied: also a tied lm_head")
     ap.add_argument("--load-check", action="store_true",
                     help="load <out>/universal at --tp x --dp with load_universal and compare resume losses")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -202,7 +207,7 @@ def make_worker(args):
     import torch.distributed as dist
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)
-    engine, scheduler = init_engine(build_model(args.model_type), args)
+    engine, scheduler = init_engine(build_model(args.model), args)
     rank = dist.get_rank()
     if rank == 0:
         base = engine.optimizer.optimizer
@@ -234,7 +239,7 @@ def make_worker(args):
             f.write("\n")
         # The model's Hugging Face config, as a run folder holds it: `reshardfs --model-config` reads
         # its num_key_value_heads for AutoTP's shard sizes.
-        llama_config(args.model_type).to_json_file(os.path.join(args.out, "config.json"))
+        llama_config(args.model).to_json_file(os.path.join(args.out, "config.json"))
     dist.barrier()
     dist.destroy_process_group()
 
@@ -243,7 +248,7 @@ def load_worker(args):
     import torch.distributed as dist
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)
-    model = build_model(args.model_type)
+    model = build_model(args.model)
     with torch.no_grad():  # a load that silently does nothing must not pass
         for p in model.parameters():
             p.add_(0.5)
@@ -280,7 +285,7 @@ def load_worker(args):
 
 def fwd_args(args):
     return ["--worker", "--out", args.out, "--tp", str(args.tp), "--dp", str(args.dp), "--zero-stage",
-            str(args.zero_stage), "--steps", str(args.steps), "--model-type", args.model_type] + \
+            str(args.zero_stage), "--steps", str(args.steps), "--model", args.model] + \
            (["--bf16"] if args.bf16 else []) + \
            (["--load-check"] if args.load_check else [])
 

@@ -15,11 +15,12 @@ struct SuffixRule {
 // The Hugging Face decoder families whose AutoTP layout was recorded from DeepSpeed 0.19.8 (sorted). All
 // four carry the same HF tp_plan, which AutoTP's training path follows: the attention output and MLP down
 // projections end a residual branch and are all-reduced (row-parallel, their biases added whole after the
-// reduce); the other projections, their biases and the untied lm_head are column-parallel; embeddings and
-// norm weights (qwen3's per-head q_norm/k_norm included) stay whole. What a family does not have (a bias
+// reduce); the other projections, their biases and an untied lm_head are column-parallel; embeddings (and a
+// head tied to them: none of the four plans asks for a vocab-parallel embedding) and norm weights (qwen3's
+// per-head q_norm/k_norm included) stay whole. What a family does not have (a bias
 // mistral never builds) never occurs in its checkpoints. Recorded per parameter in
-// tests/unit/layout/autotp_layouts.json (llama with every optional bias, mistral, qwen2, qwen3) and, for
-// llama, in the affine_map of examples/tiny_llama_tp2.
+// tests/unit/layout/autotp_layouts.json (llama with every optional bias, mistral, qwen2, qwen3; each untied
+// and tied) and, for llama, in the affine_map of examples/tiny_llama_tp2.
 constexpr std::array<std::string_view, 4> kDecoderFamilies = {"llama", "mistral", "qwen2", "qwen3"};
 
 constexpr std::array<SuffixRule, 20> kDecoderRules = {{
@@ -76,12 +77,11 @@ Result<AutoTpRole> BuiltinAutoTpRule(std::string_view model_type, std::string_vi
     return Unsupported("no built-in AutoTP rules for model_type '" + std::string(model_type) + "' (reshardfs knows: " +
                        names + "); its TP > 1 layout cannot be derived from a checkpoint saved without TP");
   }
-  if (tied_word_embeddings) {
-    return Unsupported("model_type '" + std::string(model_type) +
-                       "' with tie_word_embeddings: AutoTP's tied output head is not covered by the built-in rules");
+  // lm_head is matched whole: "lm_head.weight" (or with a wrapper prefix), never "*_lm_head". Untied, it is
+  // column-parallel; tied, AutoTP keeps the embedding whole, and the head is the same tensor.
+  if (param_name == "lm_head.weight" || EndsWith(param_name, ".lm_head.weight")) {
+    return tied_word_embeddings ? AutoTpRole::kReplicated : AutoTpRole::kColumn;
   }
-  // lm_head is matched whole: "lm_head.weight" (or with a wrapper prefix), never "*_lm_head".
-  if (param_name == "lm_head.weight" || EndsWith(param_name, ".lm_head.weight")) return AutoTpRole::kColumn;
   const auto it = std::find_if(kDecoderRules.begin(), kDecoderRules.end(),
                                [&](const SuffixRule& r) { return EndsWith(param_name, r.suffix); });
   if (it == kDecoderRules.end()) {

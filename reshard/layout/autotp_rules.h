@@ -41,10 +41,10 @@ std::vector<std::string> BuiltinAutoTpModelTypes();
 
 // The role of parameter `param_name` (as named in the checkpoint, e.g.
 // "model.layers.0.self_attn.q_proj.weight") in an AutoTP run of model family `model_type`.
-// `tied_word_embeddings`: the model config's tie_word_embeddings (AutoTP gives a tied head a
-// special layer these rules do not describe).
-// Errors (kUnsupported, naming the parameter or type): an unlisted model_type, a tied model, a
-// parameter no rule of the family matches.
+// `tied_word_embeddings`: the model config's tie_word_embeddings (a tied lm_head stays whole, as
+// the embedding it shares; an untied one is column-parallel).
+// Errors (kUnsupported, naming the parameter or type): an unlisted model_type, a parameter no rule
+// of the family matches.
 Result<AutoTpRole> BuiltinAutoTpRule(std::string_view model_type, std::string_view param_name,
                                      bool tied_word_embeddings);
 

@@ -114,8 +114,11 @@ Result<NodeId> FrozenValue(FileBuilder& b, const ucp::UniversalCheckpoint& ckpt,
   if (target.zero_stage < 2) return b.tree().AddNone();
   if (IsEmptyOrNone(t, value) && FrozenParams(ckpt, t).empty()) return AddOrderedDict(b.tree(), {});
   if (!format::IsNone(t, value) && (!fragments || !LayoutChanged(ckpt, target))) return b.Import(src, value);
-  return Unsupported(src.path() + ": frozen parameters (" + FrozenParams(ckpt, t).front() +
-                     ", ...) cannot be re-partitioned yet; serve this checkpoint at its own TP, DP and ZeRO stage");
+  const std::vector<std::string> frozen = FrozenParams(ckpt, t);
+  return Unsupported(src.path() + ": " + (fragments ? "frozen_param_fragments" : "frozen_param_shapes") + " of " +
+                     (frozen.empty() ? std::string("the source's frozen parameters") : "frozen parameters (" + frozen.front() + ", ...)") +
+                     (format::IsNone(t, value) ? " are missing; a ZeRO-2/3 target needs them"
+                                               : " cannot be re-partitioned yet; serve this checkpoint at its own TP, DP and ZeRO stage"));
 }
 
 }  // namespace
@@ -129,6 +132,12 @@ Result<FilePlan> PlanModelStatesFile(const ucp::UniversalCheckpoint& ckpt, const
   const std::vector<NodeId>* root = format::DictItems(t, t.root());
   if (root == nullptr || t.node(t.root()).kind != format::NodeKind::kDict) {
     return Corrupt(src.path() + ": the top level is " + format::DescribeNode(t, t.root()) + ", not a dict");
+  }
+  // A frozen parameter's module entry is copied from the source file as it is: right only where the
+  // layout is the source's own.
+  if (const std::vector<std::string> frozen = FrozenParams(ckpt, t); !frozen.empty() && LayoutChanged(ckpt, target)) {
+    return Unsupported(src.path() + ": frozen parameters (" + frozen.front() +
+                       ", ...) cannot be re-partitioned yet; serve this checkpoint at its own TP, DP and ZeRO stage");
   }
   FileBuilder b(target.tag + "/" + ModelStatesFileName(target, tp_rank, dp_rank), sources);
   format::PickleTree& out = b.tree();

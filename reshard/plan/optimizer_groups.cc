@@ -8,6 +8,10 @@ Result<std::vector<std::vector<const ucp::ParamEntry*>>> OptimizerGroups(const u
   const auto num_source = static_cast<size_t>(ckpt.num_source_groups());
   std::vector<std::vector<const ucp::ParamEntry*>> by_source(num_source);
   for (const ucp::ParamEntry& p : ckpt.params()) {
+    // A folder param_shapes does not list (a tied alias such as lm_head.weight, a frozen parameter:
+    // the converter adds one for every module entry) had no optimizer state in the source run, and
+    // DeepSpeed's loaders never read it: it belongs to no group.
+    if (!p.listed) continue;
     if (p.source_group < 0 || static_cast<size_t>(p.source_group) >= num_source) {
       return Unsupported("parameter '" + p.name + "' is in no param group of the model-states file");
     }

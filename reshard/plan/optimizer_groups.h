@@ -11,7 +11,8 @@ namespace reshard::plan {
 
 // The checkpoint's params per optimizer param group, in flat order: for a ZeRO-3 source the
 // sub-groups each param group lists (zero/optimizer_state.pt param_groups[g]['params']), for a
-// ZeRO-1/2 source the model-states param_shapes group. Errors: a parameter in no group.
+// ZeRO-1/2 source the model-states param_shapes group. Folders param_shapes does not list (tied
+// aliases, frozen parameters) are in none. Errors: a listed parameter in no group.
 Result<std::vector<std::vector<const ucp::ParamEntry*>>> OptimizerGroups(const ucp::UniversalCheckpoint& checkpoint);
 
 }  // namespace reshard::plan

@@ -1,15 +1,16 @@
 """What the pinned DeepSpeed's AutoTP does to each Hugging Face decoder family reshardfs has built-in rules for.
 
 record(out_dir, tp) launches `tp` CPU processes (gloo) under torch.distributed.run, running this file as a
-worker. For every model of FAMILIES (tiny, fixed seed, fp32, untied head, 6 query and 3 KV heads so that the
-KV-aware shard sizes are uneven at TP 2), each rank builds the model, runs the unmodified
+worker. For every model of FAMILIES (tiny, fixed seed, fp32, 6 query and 3 KV heads so that the KV-aware shard
+sizes are uneven at TP 2; each family with an untied and a tied output head), each rank builds the model, runs the unmodified
 deepspeed.initialize with "tensor_parallel": {"autotp_size": tp} (ZeRO-1, the Llama example's config), and
 writes
 
-  out_dir/<family>_rank_<r>.pt   {parameter name: the rank's AutoTP-local tensor}
-  out_dir/<family>_full.pt       (rank 0) {parameter name: the whole tensor, as built before AutoTP}
+  out_dir/<family>_rank_<r>.pt   the rank's module state_dict: every AutoTP-local tensor, a tied lm_head included
+  out_dir/<family>_full.pt       (rank 0) the module state_dict as built, before AutoTP
   out_dir/layouts.json           (rank 0) layouts_document(): per family, the model config and, per parameter,
-                                 the split AutoTP recorded in its affine_map (the model's
+                                 the split AutoTP recorded in its affine_map (each named parameter: not a tied
+                                 alias such as a tied lm_head.weight; the model's
                                  universal_checkpoint_info, which an AutoTP run saves into its checkpoint)
 
 `python tests/integration/autotp_layouts.py --write FILE` records at TP 2 and writes layouts.json to FILE: that
@@ -39,15 +40,20 @@ from make_tiny_checkpoint import torchrun_cmd  # noqa: E402
 SEED = 2024
 # Sizes shared by every family: head_dim 16, 6 query heads, 3 KV heads.
 DIMS = dict(vocab_size=128, hidden_size=96, intermediate_size=128, num_hidden_layers=2, num_attention_heads=6,
-            num_key_value_heads=3, max_position_embeddings=32, tie_word_embeddings=False, use_cache=False)
+            num_key_value_heads=3, max_position_embeddings=32, use_cache=False)
 # family id: (transformers config class, extra config fields). "llama" turns on every optional bias
 # (attention_bias: q/k/v/o, mlp_bias: gate/up/down) so the bias rules are recorded too; qwen2 has q/k/v biases
-# of its own; qwen3 adds per-head q_norm/k_norm weights.
-FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
+# of its own; qwen3 adds per-head q_norm/k_norm weights. Each family also as "<id>_tied", with
+# tie_word_embeddings (lm_head shares the embedding's weight).
+_UNTIED: dict[str, tuple[str, dict[str, Any]]] = {
     "llama": ("LlamaConfig", {"attention_bias": True, "mlp_bias": True}),
     "mistral": ("MistralConfig", {"sliding_window": None}),
     "qwen2": ("Qwen2Config", {}),
     "qwen3": ("Qwen3Config", {"head_dim": 16}),
+}
+FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
+    **{f: (cls, {**extra, "tie_word_embeddings": False}) for f, (cls, extra) in _UNTIED.items()},
+    **{f"{f}_tied": (cls, {**extra, "tie_word_embeddings": True}) for f, (cls, extra) in _UNTIED.items()},
 }
 
 
@@ -99,10 +105,10 @@ def _family_layout(family: str, out: Path, tp: int, rank: int) -> dict[str, Any]
     import deepspeed
     model = build_model(family)
     if rank == 0:
-        torch.save({n: p.detach().clone() for n, p in model.named_parameters()}, out / f"{family}_full.pt")
+        torch.save({n: t.clone() for n, t in model.state_dict().items()}, out / f"{family}_full.pt")
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=llama.param_groups(model),
                                            config=llama.ds_config(tp, 1, 1))
-    torch.save({n: p.detach().clone() for n, p in engine.module.named_parameters()}, out / f"{family}_rank_{rank}.pt")
+    torch.save({n: t.clone() for n, t in engine.module.state_dict().items()}, out / f"{family}_rank_{rank}.pt")
     info = getattr(engine.module, "universal_checkpoint_info")
     maps = info["affine_map"]["params"]
     params = {}

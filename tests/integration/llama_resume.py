@@ -2,7 +2,7 @@
 
 resume(mode, checkpoint, tp, dp, zero_stage, out_dir) launches tp * dp CPU processes (gloo) under
 torch.distributed.run, running this file as a worker. Each rank builds the example's model (LlamaForCausalLM, or
-Qwen2ForCausalLM for model_type "qwen2") and DeepSpeed config for the layout ("tensor_parallel": {"autotp_size":
+another of make_tiny_llama_checkpoint.MODELS) and DeepSpeed config for the layout ("tensor_parallel": {"autotp_size":
 tp}), and loads `checkpoint` with the unmodified engine.load_checkpoint:
 
   mode "native"     load_universal off: a reshardfs mountpoint (or any native checkpoint folder);
@@ -42,14 +42,14 @@ MODES = ("native", "universal", "restore")
 
 def resume(mode: str, checkpoint: Path, tp: int, dp: int, zero_stage: int, out_dir: Path, bf16: bool = False,
            train_steps: int = 3, python_dir: Path | None = None, model_config: Path | None = None,
-           model_type: str = "llama") -> Path:
+           model: str = "llama") -> Path:
     """Runs the workers; returns out_dir. Raises RuntimeError with the failing rank's traceback on failure.
     Mode "restore" needs `python_dir` (the build's python/) and takes the model's `model_config`.
-    `model_type`: the example's model family (make_tiny_llama_checkpoint --model-type)."""
+    `model`: the example's model (make_tiny_llama_checkpoint --model)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     argv = ["--mode", mode, "--checkpoint", str(Path(checkpoint).resolve()), "--tp", str(tp), "--dp", str(dp),
             "--zero-stage", str(zero_stage), "--out", str(out_dir.resolve()), "--train-steps", str(train_steps),
-            "--model-type", model_type]
+            "--model", model]
     if bf16:
         argv.append("--bf16")
     if python_dir is not None:
@@ -103,7 +103,7 @@ def _worker(args: argparse.Namespace) -> None:
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)
     out = Path(args.out)
-    model = llama.build_model(args.model_type)
+    model = llama.build_model(args.model)
     with torch.no_grad():  # a load that silently leaves the initial weights must not pass
         for p in model.parameters():
             p.add_(0.5)
@@ -139,5 +139,5 @@ if __name__ == "__main__":
     ap.add_argument("--train-steps", type=int, default=0)
     ap.add_argument("--python-dir")
     ap.add_argument("--model-config")
-    ap.add_argument("--model-type", default="llama", choices=sorted(llama.MODEL_CLASSES))
+    ap.add_argument("--model", default="llama", choices=list(llama.MODELS))
     _worker(ap.parse_args())

@@ -7,7 +7,8 @@ Sources (real DeepSpeed 0.19.8 runs of examples/make_tiny_llama_checkpoint.py: L
   tp2_zero3   AutoTP TP 2 x DP 1, ZeRO-3, made in this session (dict state files with the affine_map);
   tp1_zero3   TP 1 x DP 2, ZeRO-3, made in this session (bare flat tensors, no categories);
   qwen2_tp1_zero1  the same model as Qwen2ForCausalLM (q/k/v biases), TP 1 x DP 1, ZeRO-1, made in this session:
-              a second family through the built-in AutoTP rules, biases split with their projections.
+              a second family through the built-in AutoTP rules, biases split with their projections;
+  qwen2_tied_tp1_zero1  the same with lm_head tied to the embedding.
 
 Each case mounts the source's UCP with the resuming run's own ds_config (autotp_size = target TP) and the
 model's config.json (--model-config: KV heads for AutoTP's shard sizes, model_type for the built-in AutoTP
@@ -68,13 +69,13 @@ LOSS_RTOL = llama.LOSS_RTOL
 
 # source id: (TP, DP, ZeRO stage) of the run that made it; tp2_zero1 is committed.
 SOURCES = {"tp2_zero1": (2, 1, 1), "tp1_zero1": (1, 2, 1), "tp2_zero3": (2, 1, 3), "tp1_zero3": (1, 2, 3),
-           "qwen2_tp1_zero1": (1, 1, 1)}
-# source id -> its model family (make_tiny_llama_checkpoint --model-type); llama when not listed.
-SOURCE_MODEL_TYPES = {"qwen2_tp1_zero1": "qwen2"}
+           "qwen2_tp1_zero1": (1, 1, 1), "qwen2_tied_tp1_zero1": (1, 1, 1)}
+# source id -> its model (make_tiny_llama_checkpoint --model); llama when not listed.
+SOURCE_MODELS = {"qwen2_tp1_zero1": "qwen2", "qwen2_tied_tp1_zero1": "qwen2_tied"}
 
 
-def model_type(source: str) -> str:
-    return SOURCE_MODEL_TYPES.get(source, "llama")
+def model_of(source: str) -> str:
+    return SOURCE_MODELS.get(source, "llama")
 
 
 # id: (source, target TP, target DP, target ZeRO stage, bf16 target)
@@ -86,6 +87,7 @@ CASES = {
     "zero3_tp2_dp1_to_tp2_dp2": ("tp2_zero3", 2, 2, 3, False),
     "zero3_tp2_dp1_to_tp1_dp2": ("tp2_zero3", 1, 2, 3, False),
     "qwen2_zero1_tp1_dp1_to_tp2_dp1": ("qwen2_tp1_zero1", 2, 1, 1, False),
+    "qwen2_tied_zero1_tp1_dp1_to_tp2_dp1": ("qwen2_tied_tp1_zero1", 2, 1, 1, False),
 }
 # Cases DeepSpeed's own loader cannot load, checked against slices computed here (see the module docstring).
 BARE_CASE = ("tp1_zero3", 2, 1, 3, False)  # ZeRO-3 TP 1 x DP 2 -> ZeRO-3 AutoTP TP 2 x DP 1
@@ -111,8 +113,8 @@ def llama_source(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Pa
         tp, dp, stage = SOURCES[source]
         out = tmp_path_factory.mktemp(f"llama_{source}")
         cmd = [sys.executable, str(EXAMPLES / "make_tiny_llama_checkpoint.py"), "--out", str(out), "--tp", str(tp),
-               "--dp", str(dp), "--zero-stage", str(stage), "--steps", str(SOURCE_STEPS), "--model-type",
-               model_type(source)]
+               "--dp", str(dp), "--zero-stage", str(stage), "--steps", str(SOURCE_STEPS), "--model",
+               model_of(source)]
         done = subprocess.run(cmd, env=cpu_env(), capture_output=True, text=True, timeout=2 * LAUNCH_TIMEOUT_S)
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed (rc={done.returncode}):\n{done.stdout[-3000:]}\n"
@@ -142,7 +144,7 @@ def mount_resume(reshardfs: Path, llama_source, tmp_path_factory: pytest.TempPat
         return served_while([reshardfs, "mount", src / "universal", mountpoint, "--ds-config", config, "--dp", str(dp),
                              "--model-config", src / "config.json", "-f"], mountpoint, work / "server.log",
                             lambda: resume("native", mountpoint, tp, dp, stage, work / "resume", bf16=bf16,
-                                           train_steps=TRAIN_STEPS, model_type=model_type(source)))  # fmt: skip
+                                           train_steps=TRAIN_STEPS, model=model_of(source)))  # fmt: skip
 
     return lambda *key: cache.get(key, lambda: run(*key))
 
@@ -157,7 +159,7 @@ def restored(llama_source, reshardfs_python: Path, tmp_path_factory: pytest.Temp
         out = tmp_path_factory.mktemp(f"llama_restore_{source}_tp{tp}_dp{dp}_z{stage}{'_bf16' if bf16 else ''}")
         return resume("restore", src / "universal", tp, dp, stage, out, bf16=bf16, train_steps=TRAIN_STEPS,
                       python_dir=reshardfs_python, model_config=src / "config.json",
-                      model_type=model_type(source))  # fmt: skip
+                      model=model_of(source))  # fmt: skip
 
     return lambda *key: cache.get(key, lambda: run(*key))
 
@@ -170,7 +172,7 @@ def load_universal(llama_source, tmp_path_factory: pytest.TempPathFactory) -> Ca
     def run(source: str, tp: int, dp: int, stage: int, bf16: bool) -> Path:
         out = tmp_path_factory.mktemp(f"llama_universal_{source}_tp{tp}_dp{dp}_z{stage}{'_bf16' if bf16 else ''}")
         return resume("universal", llama_source(source) / "universal", tp, dp, stage, out, bf16=bf16,
-                      train_steps=TRAIN_STEPS, model_type=model_type(source))  # fmt: skip
+                      train_steps=TRAIN_STEPS, model=model_of(source))  # fmt: skip
 
     return lambda *key: cache.get(key, lambda: run(*key))
 

@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "reshard/layout/tp_partition.h"
@@ -43,16 +44,18 @@ TEST_CASE("The built-in rules reproduce AutoTP's recorded layout of every listed
   REQUIRE(in.good());
   const nlohmann::json doc = nlohmann::json::parse(in);
   const int tp = doc.at("tp_size").get<int>();
-  std::vector<std::string> families;
+  std::set<std::string> model_types;
+  int tied = 0;
   for (const auto& [family, layout] : doc.at("families").items()) {
-    families.push_back(layout.at("model_type").get<std::string>());
+    const std::string model_type = layout.at("model_type").get<std::string>();
+    model_types.insert(model_type);
     const nlohmann::json& config = layout.at("config");
     const int64_t kv_heads = config.at("num_key_value_heads").get<int64_t>();
     int split = 0;
     int uneven = 0;
     for (const auto& [name, recorded] : layout.at("params").items()) {
       INFO(family << " " << name);
-      auto role = BuiltinAutoTpRule(families.back(), name, config.at("tie_word_embeddings").get<bool>());
+      auto role = BuiltinAutoTpRule(model_type, name, config.at("tie_word_embeddings").get<bool>());
       REQUIRE(role.ok());
       const int dim = SplitDim(*role);
       if (recorded.at("split_dim").is_null()) {
@@ -68,10 +71,12 @@ TEST_CASE("The built-in rules reproduce AutoTP's recorded layout of every listed
       ++split;
       uneven += expected.front() != expected.back() ? 1 : 0;
     }
-    CHECK(split >= 15);   // 7 projections x 2 layers + lm_head, at least
-    CHECK(uneven >= 8);   // q/k/v/o of 2 layers: 3 KV heads over 2 ranks
+    CHECK(split >= 14);  // 7 projections x 2 layers (+ an untied lm_head)
+    CHECK(uneven >= 8);  // q/k/v/o of 2 layers: 3 KV heads over 2 ranks
+    tied += config.at("tie_word_embeddings").get<bool>() ? 1 : 0;
   }
-  CHECK(families == BuiltinAutoTpModelTypes());
+  CHECK(std::vector<std::string>(model_types.begin(), model_types.end()) == BuiltinAutoTpModelTypes());
+  CHECK(tied == 4);
 }
 
 TEST_CASE("Built-in AutoTP rules refuse what they do not know", "[autotp]") {
@@ -82,7 +87,8 @@ TEST_CASE("Built-in AutoTP rules refuse what they do not know", "[autotp]") {
   };
   unsupported(BuiltinAutoTpRule("gpt2", "transformer.h.0.attn.c_attn.weight", false),
               "no built-in AutoTP rules for model_type 'gpt2' (reshardfs knows: llama, mistral, qwen2, qwen3)");
-  unsupported(BuiltinAutoTpRule("llama", "model.embed_tokens.weight", true), "tie_word_embeddings");
+  CHECK(BuiltinAutoTpRule("llama", "lm_head.weight", true).value() == AutoTpRole::kReplicated);
+  CHECK(BuiltinAutoTpRule("llama", "lm_head.weight", false).value() == AutoTpRole::kColumn);
   unsupported(BuiltinAutoTpRule("qwen2", "model.layers.0.mlp.experts.0.gate_proj.scale", false),
               "parameter 'model.layers.0.mlp.experts.0.gate_proj.scale': no built-in AutoTP rule of model_type 'qwen2'");
   unsupported(BuiltinAutoTpRule("llama", "model.my_lm_head.weight", false), "no built-in AutoTP rule");

@@ -14,6 +14,7 @@
 #include <fstream>
 
 #include "reshard/format/pickle_query.h"
+#include "reshard/plan/optimizer_groups.h"
 
 namespace reshard::ucp {
 namespace {
@@ -475,6 +476,16 @@ TEST_CASE("An unlisted folder holding a view into a flat buffer comes last, at t
   const StateTensor& master = ucp->FindParam("fc2.weight")->states.at("fp32");
   for (uint64_t k : {0u, 1u, 511u, 1023u}) CHECK(ElementBits(view, k) == ElementBits(master, k));
   CHECK(ElementBits(view, 0) == 0x3de20f2a);
+  // It had no optimizer state in the source run, so it is in no optimizer group (DeepSpeed's loaders
+  // never read it); the listed params keep theirs.
+  auto groups = plan::OptimizerGroups(*ucp);
+  REQUIRE(groups.ok());
+  size_t in_groups = 0;
+  for (const auto& g : *groups) {
+    for (const ParamEntry* p : g) CHECK(p->listed);
+    in_groups += g.size();
+  }
+  CHECK(in_groups == 7);
 }
 
 TEST_CASE("Category keys: sub_param_shape, param_n_sub_params, vocab_tensor", "[ucp]") {
