@@ -136,8 +136,9 @@ REFUSALS = {
         ["--ds-config", "{autotp2}"],
         "the checkpoint was saved without TP, so its split at TP 2 must come from the model's AutoTP layout "
         "(pass --model-config config.json)"),
-    "autotp_unknown_model_type": (["--tp", "2", "--model-config", "{gpt2_model}"],
-                                  "no built-in AutoTP rules for model_type 'gpt2' (reshardfs knows: llama)"),
+    "autotp_unknown_model_type": (
+        ["--tp", "2", "--model-config", "{gpt2_model}"],
+        "no built-in AutoTP rules for model_type 'gpt2' (reshardfs knows: llama, mistral, qwen2, qwen3)"),
     "autotp_rule_missing": (["--tp", "2", "--model-config", "{llama_model}"],
                             "no built-in AutoTP rule of model_type 'llama' matches it"),
     "bf16_optimizer_tp2": (["--tp", "2", "--ds-config", "{bf16_optimizer}"],
