@@ -176,6 +176,34 @@ def test_refusals(refusal: str, reshardfs: Path, run_tool, tmp_path: Path) -> No
     assert not out.exists(), "a refused target must write nothing"
 
 
+def test_frozen_parameters_are_served_only_at_the_source_layout(reshardfs: Path, run_tool, tmp_path: Path) -> None:
+    """A frozen parameter (a module entry without optimizer state; the converter gives it a folder holding
+    fp32.pt only) is copied from the source's module as it is: served at the source's own layout, refused at
+    another, where its TP/DP cut is unknown. Made here from the tiny UCP by adding one such entry."""
+    ucp = tmp_path / "ucp"
+    shutil.copytree(UCP, ucp)
+    tag = ucp / f"{TAG}_universal"
+    frozen = torch.arange(32, dtype=torch.float32).reshape(8, 4)
+    states = torch.load(tag / "mp_rank_00_model_states.pt", weights_only=False)
+    states["module"]["frozen.weight"] = frozen
+    torch.save(states, tag / "mp_rank_00_model_states.pt")
+    (tag / "zero" / "frozen.weight").mkdir()
+    torch.save({"param": frozen}, tag / "zero" / "frozen.weight" / "fp32.pt")
+
+    served = materialize(reshardfs, run_tool, ucp, tmp_path / "served")
+    module = torch.load(served / "mp_rank_00_model_states.pt", weights_only=False)["module"]
+    reference = torch.load(NATIVE / TAG / "mp_rank_00_model_states.pt", weights_only=False)["module"]
+    assert list(module) == [*reference, "frozen.weight"]
+    assert torch.equal(module["frozen.weight"], frozen)
+    for name, tensor in reference.items():
+        assert torch.equal(tensor_bits(module[name]), tensor_bits(tensor)), name
+
+    result = run_tool(reshardfs, "materialize", ucp, tmp_path / "dp4", "--dp", "4")
+    assert result.returncode == 1 and "frozen parameters (frozen.weight, ...) cannot be re-partitioned yet" in \
+        result.stderr, result
+    assert not (tmp_path / "dp4").exists()
+
+
 def test_materialize_refuses_a_non_empty_folder(reshardfs: Path, run_tool, tmp_path: Path) -> None:
     (tmp_path / "keep.txt").write_text("mine")
     result = run_tool(reshardfs, "materialize", UCP, tmp_path)
