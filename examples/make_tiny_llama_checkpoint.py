@@ -95,7 +95,9 @@ def param_groups(model):
     ]
 
 
-def ds_config(tp, dp, zero_stage, bf16=False, load_universal=False):
+def ds_config(tp, dp, zero_stage, bf16=False, load_universal=False, bf16_optimizer=False):
+    """bf16_optimizer: bf16 weights with fp32 gradient accumulation at ZeRO-1, which DeepSpeed runs with its
+    BF16_Optimizer instead of the ZeRO-1 optimizer."""
     cfg = {
         # No train_batch_size (as in DeepSpeed's AutoTP training tutorial): DeepSpeedConfig checks
         # train_batch_size == micro * grad_acc * world_size with world_size = ALL ranks (TP x DP; no
@@ -118,6 +120,10 @@ def ds_config(tp, dp, zero_stage, bf16=False, load_universal=False):
         "bf16": {"enabled": bool(bf16)},
         "fp16": {"enabled": False},
     }
+    if bf16_optimizer:
+        assert zero_stage == 1, "DeepSpeed runs BF16_Optimizer only at ZeRO stage 1"
+        cfg["bf16"]["enabled"] = True
+        cfg["data_types"] = {"grad_accum_dtype": "fp32"}
     if load_universal:
         cfg["checkpoint"] = {"load_universal": True}
     return cfg
@@ -170,7 +176,8 @@ def init_engine(model, args, load_universal=False):
     engine, _, _, scheduler = deepspeed.initialize(model=model,
                                                    model_parameters=param_groups(model),
                                                    config=ds_config(args.tp, args.dp, args.zero_stage, args.bf16,
-                                                                    load_universal))
+                                                                    load_universal,
+                                                                    getattr(args, "bf16_optimizer", False)))
     return engine, scheduler
 
 

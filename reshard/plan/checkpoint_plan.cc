@@ -22,10 +22,6 @@ Status CheckTarget(const Target& t) {
                            ": both must be at least 1");
   }
   if (t.tp_size >= 100) return InvalidArgument("TP must stay below 100 (DeepSpeed sorts mp_rank_XX names as text)");
-  if (t.bf16_optimizer && t.tp_size > 1) {
-    return Unsupported("a BF16_Optimizer target with TP " + std::to_string(t.tp_size) +
-                       ": its optimizer files also carry AutoTP's universal_checkpoint_info, which is not served yet");
-  }
   return Status::Ok();
 }
 

@@ -2,9 +2,9 @@
 
 record(out_dir, tp) launches `tp` CPU processes (gloo) under torch.distributed.run, running this file as a
 worker. For every model of FAMILIES (tiny, fixed seed, fp32, 6 query and 3 KV heads so that the KV-aware shard
-sizes are uneven at TP 2; each family with an untied and a tied output head), each rank builds the model, runs the unmodified
-deepspeed.initialize with "tensor_parallel": {"autotp_size": tp} (ZeRO-1, the Llama example's config), and
-writes
+sizes are uneven at TP 2; each family with an untied and a tied output head), each rank builds the model, runs
+the unmodified deepspeed.initialize with "tensor_parallel": {"autotp_size": tp} (ZeRO-1, the Llama example's
+config), and writes
 
   out_dir/<family>_rank_<r>.pt   the rank's module state_dict: every AutoTP-local tensor, a tied lm_head included
   out_dir/<family>_full.pt       (rank 0) the module state_dict as built, before AutoTP

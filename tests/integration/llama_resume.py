@@ -38,9 +38,11 @@ import make_tiny_llama_checkpoint as llama  # noqa: E402
 from make_tiny_checkpoint import torchrun_cmd  # noqa: E402
 
 MODES = ("native", "universal", "restore")
+# fp32 weights; bf16 weights; bf16 weights with fp32 gradient accumulation (DeepSpeed's BF16_Optimizer, ZeRO-1).
+PRECISIONS = ("fp32", "bf16", "bf16_optimizer")
 
 
-def resume(mode: str, checkpoint: Path, tp: int, dp: int, zero_stage: int, out_dir: Path, bf16: bool = False,
+def resume(mode: str, checkpoint: Path, tp: int, dp: int, zero_stage: int, out_dir: Path, precision: str = "fp32",
            train_steps: int = 3, python_dir: Path | None = None, model_config: Path | None = None,
            model: str = "llama") -> Path:
     """Runs the workers; returns out_dir. Raises RuntimeError with the failing rank's traceback on failure.
@@ -50,8 +52,7 @@ def resume(mode: str, checkpoint: Path, tp: int, dp: int, zero_stage: int, out_d
     argv = ["--mode", mode, "--checkpoint", str(Path(checkpoint).resolve()), "--tp", str(tp), "--dp", str(dp),
             "--zero-stage", str(zero_stage), "--out", str(out_dir.resolve()), "--train-steps", str(train_steps),
             "--model", model]
-    if bf16:
-        argv.append("--bf16")
+    argv += ["--precision", precision]
     if python_dir is not None:
         argv += ["--python-dir", str(Path(python_dir).resolve())]
     if model_config is not None:
@@ -61,7 +62,7 @@ def resume(mode: str, checkpoint: Path, tp: int, dp: int, zero_stage: int, out_d
         expected += [out_dir / f"{name}_rank_{r}.{ext}" for r in range(tp * dp)
                      for name, ext in (("after", "pt"), ("losses", "json"))]  # fmt: skip
     launch(torchrun_cmd(tp * dp, str(Path(__file__).resolve()), argv),
-           f"llama_resume: {mode} ZeRO-{zero_stage} TP {tp} x DP {dp} bf16={bf16}", expected)
+           f"llama_resume: {mode} ZeRO-{zero_stage} TP {tp} x DP {dp} {precision}", expected)
     return out_dir
 
 
@@ -135,9 +136,11 @@ if __name__ == "__main__":
     ap.add_argument("--dp", type=int, required=True)
     ap.add_argument("--zero-stage", type=int, required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--bf16", action="store_true")
+    ap.add_argument("--precision", choices=PRECISIONS, default="fp32")
     ap.add_argument("--train-steps", type=int, default=0)
     ap.add_argument("--python-dir")
     ap.add_argument("--model-config")
     ap.add_argument("--model", default="llama", choices=list(llama.MODELS))
-    _worker(ap.parse_args())
+    cli = ap.parse_args()
+    cli.bf16, cli.bf16_optimizer = cli.precision != "fp32", cli.precision == "bf16_optimizer"
+    _worker(cli)

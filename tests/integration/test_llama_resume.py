@@ -13,7 +13,8 @@ Sources (real DeepSpeed 0.19.8 runs of examples/make_tiny_llama_checkpoint.py: L
 Each case mounts the source's UCP with the resuming run's own ds_config (autotp_size = target TP) and the
 model's config.json (--model-config: KV heads for AutoTP's shard sizes, model_type for the built-in AutoTP
 rules a checkpoint saved without TP needs), and runs llama_resume in mode "native": every rank calls the
-unmodified engine.load_checkpoint(mountpoint).
+unmodified engine.load_checkpoint(mountpoint). A case's target runs with fp32 weights, bf16 weights, or bf16
+weights and fp32 gradient accumulation at ZeRO-1, which DeepSpeed runs with its BF16_Optimizer.
 
 - test_tp_resume_matches_load_universal[<case>]: per global rank, the engine right after the load (fp32
   partitions, exp_avg, exp_avg_sq, step, lp weights, hyper-parameters, lr scheduler, global steps) equals
@@ -78,23 +79,24 @@ def model_of(source: str) -> str:
     return SOURCE_MODELS.get(source, "llama")
 
 
-# id: (source, target TP, target DP, target ZeRO stage, bf16 target)
+# id: (source, target TP, target DP, target ZeRO stage, target precision: llama_resume.PRECISIONS)
 CASES = {
-    "zero1_tp2_dp1_to_tp1_dp2": ("tp2_zero1", 1, 2, 1, False),
-    "zero1_tp2_dp1_to_tp2_dp2": ("tp2_zero1", 2, 2, 1, False),
-    "zero1_tp1_dp2_to_tp2_dp1": ("tp1_zero1", 2, 1, 1, False),
-    "zero1_to_zero2_fp32_to_bf16_tp1_dp2_to_tp2_dp1": ("tp1_zero1", 2, 1, 2, True),
-    "zero3_tp2_dp1_to_tp2_dp2": ("tp2_zero3", 2, 2, 3, False),
-    "zero3_tp2_dp1_to_tp1_dp2": ("tp2_zero3", 1, 2, 3, False),
-    "qwen2_zero1_tp1_dp1_to_tp2_dp1": ("qwen2_tp1_zero1", 2, 1, 1, False),
-    "qwen2_tied_zero1_tp1_dp1_to_tp2_dp1": ("qwen2_tied_tp1_zero1", 2, 1, 1, False),
+    "zero1_tp2_dp1_to_tp1_dp2": ("tp2_zero1", 1, 2, 1, "fp32"),
+    "zero1_tp2_dp1_to_tp2_dp2": ("tp2_zero1", 2, 2, 1, "fp32"),
+    "zero1_tp1_dp2_to_tp2_dp1": ("tp1_zero1", 2, 1, 1, "fp32"),
+    "zero1_to_zero2_fp32_to_bf16_tp1_dp2_to_tp2_dp1": ("tp1_zero1", 2, 1, 2, "bf16"),
+    "zero3_tp2_dp1_to_tp2_dp2": ("tp2_zero3", 2, 2, 3, "fp32"),
+    "zero3_tp2_dp1_to_tp1_dp2": ("tp2_zero3", 1, 2, 3, "fp32"),
+    "bf16_optimizer_tp1_dp2_to_tp2_dp1": ("tp1_zero1", 2, 1, 1, "bf16_optimizer"),
+    "qwen2_zero1_tp1_dp1_to_tp2_dp1": ("qwen2_tp1_zero1", 2, 1, 1, "fp32"),
+    "qwen2_tied_zero1_tp1_dp1_to_tp2_dp1": ("qwen2_tied_tp1_zero1", 2, 1, 1, "fp32"),
 }
 # Cases DeepSpeed's own loader cannot load, checked against slices computed here (see the module docstring).
-BARE_CASE = ("tp1_zero3", 2, 1, 3, False)  # ZeRO-3 TP 1 x DP 2 -> ZeRO-3 AutoTP TP 2 x DP 1
+BARE_CASE = ("tp1_zero3", 2, 1, 3, "fp32")  # ZeRO-3 TP 1 x DP 2 -> ZeRO-3 AutoTP TP 2 x DP 1
 INDEPENDENT_CASES = {
     "zero3_without_tp_tp1_dp2_to_autotp_tp2_dp1": BARE_CASE,
     # DeepSpeed looks for ZeRO-3 model-states files in a UCP converted from ZeRO-1, and finds none.
-    "zero1_to_zero3_tp2_dp1_to_tp2_dp2": ("tp2_zero1", 2, 2, 3, False),
+    "zero1_to_zero3_tp2_dp1_to_tp2_dp2": ("tp2_zero1", 2, 2, 3, "fp32"),
 }
 
 
@@ -124,26 +126,31 @@ def llama_source(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Pa
     return lambda source: cache.get(source, lambda: make(source))
 
 
-def ds_config_file(path: Path, tp: int, dp: int, stage: int, bf16: bool) -> Path:
-    path.write_text(json.dumps(llama.ds_config(tp, dp, stage, bf16)))
+def run_name(kind: str, source: str, tp: int, dp: int, stage: int, precision: str) -> str:
+    return f"llama_{kind}_{source}_tp{tp}_dp{dp}_z{stage}" + ("" if precision == "fp32" else f"_{precision}")
+
+
+def ds_config_file(path: Path, tp: int, dp: int, stage: int, precision: str) -> Path:
+    path.write_text(json.dumps(llama.ds_config(tp, dp, stage, precision != "fp32",
+                                               bf16_optimizer=precision == "bf16_optimizer")))
     return path
 
 
 @pytest.fixture(scope="session")
 def mount_resume(reshardfs: Path, llama_source, tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
-    """mount_resume(source, tp, dp, stage, bf16): llama_resume "native" outputs from a mount of that layout."""
+    """mount_resume(source, tp, dp, stage, precision): llama_resume "native" outputs from a mount of that layout."""
     cache = RunCache()
 
-    def run(source: str, tp: int, dp: int, stage: int, bf16: bool) -> Path:
+    def run(source: str, tp: int, dp: int, stage: int, precision: str) -> Path:
         src = llama_source(source)
-        work = tmp_path_factory.mktemp(f"llama_mount_{source}_tp{tp}_dp{dp}_z{stage}{'_bf16' if bf16 else ''}")
-        config = ds_config_file(work / "ds_config.json", tp, dp, stage, bf16)
+        work = tmp_path_factory.mktemp(run_name("mount", source, tp, dp, stage, precision))
+        config = ds_config_file(work / "ds_config.json", tp, dp, stage, precision)
         mountpoint = work / "mnt"
         mountpoint.mkdir()
         # The ds_config has no train_batch_size (see make_tiny_llama_checkpoint.ds_config), so DP is a flag.
         return served_while([reshardfs, "mount", src / "universal", mountpoint, "--ds-config", config, "--dp", str(dp),
                              "--model-config", src / "config.json", "-f"], mountpoint, work / "server.log",
-                            lambda: resume("native", mountpoint, tp, dp, stage, work / "resume", bf16=bf16,
+                            lambda: resume("native", mountpoint, tp, dp, stage, work / "resume", precision=precision,
                                            train_steps=TRAIN_STEPS, model=model_of(source)))  # fmt: skip
 
     return lambda *key: cache.get(key, lambda: run(*key))
@@ -151,14 +158,14 @@ def mount_resume(reshardfs: Path, llama_source, tmp_path_factory: pytest.TempPat
 
 @pytest.fixture(scope="session")
 def restored(llama_source, reshardfs_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
-    """restored(source, tp, dp, stage, bf16): llama_resume "restore" outputs (reshardfs.restore, no files)."""
+    """restored(source, tp, dp, stage, precision): llama_resume "restore" outputs (reshardfs.restore, no files)."""
     cache = RunCache()
 
-    def run(source: str, tp: int, dp: int, stage: int, bf16: bool) -> Path:
+    def run(source: str, tp: int, dp: int, stage: int, precision: str) -> Path:
         src = llama_source(source)
-        out = tmp_path_factory.mktemp(f"llama_restore_{source}_tp{tp}_dp{dp}_z{stage}{'_bf16' if bf16 else ''}")
-        return resume("restore", src / "universal", tp, dp, stage, out, bf16=bf16, train_steps=TRAIN_STEPS,
-                      python_dir=reshardfs_python, model_config=src / "config.json",
+        out = tmp_path_factory.mktemp(run_name("restore", source, tp, dp, stage, precision))
+        return resume("restore", src / "universal", tp, dp, stage, out, precision=precision,
+                      train_steps=TRAIN_STEPS, python_dir=reshardfs_python, model_config=src / "config.json",
                       model=model_of(source))  # fmt: skip
 
     return lambda *key: cache.get(key, lambda: run(*key))
@@ -166,12 +173,12 @@ def restored(llama_source, reshardfs_python: Path, tmp_path_factory: pytest.Temp
 
 @pytest.fixture(scope="session")
 def load_universal(llama_source, tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
-    """load_universal(source, tp, dp, stage, bf16): llama_resume "universal" outputs (DeepSpeed's own loader)."""
+    """load_universal(source, tp, dp, stage, precision): llama_resume "universal" outputs (DeepSpeed's own loader)."""
     cache = RunCache()
 
-    def run(source: str, tp: int, dp: int, stage: int, bf16: bool) -> Path:
-        out = tmp_path_factory.mktemp(f"llama_universal_{source}_tp{tp}_dp{dp}_z{stage}{'_bf16' if bf16 else ''}")
-        return resume("universal", llama_source(source) / "universal", tp, dp, stage, out, bf16=bf16,
+    def run(source: str, tp: int, dp: int, stage: int, precision: str) -> Path:
+        out = tmp_path_factory.mktemp(run_name("universal", source, tp, dp, stage, precision))
+        return resume("universal", llama_source(source) / "universal", tp, dp, stage, out, precision=precision,
                       train_steps=TRAIN_STEPS, model=model_of(source))  # fmt: skip
 
     return lambda *key: cache.get(key, lambda: run(*key))
@@ -186,7 +193,7 @@ def losses(run_dir: Path, rank: int) -> dict[str, Any]:
 
 @pytest.mark.parametrize("layout", list(CASES))
 def test_tp_resume_matches_load_universal(layout: str, mount_resume, load_universal) -> None:
-    source, tp, dp, stage, bf16 = CASES[layout]
+    source, tp, dp, stage, precision = CASES[layout]
     served_dir, reference_dir = mount_resume(*CASES[layout]), load_universal(*CASES[layout])
     for rank in range(tp * dp):
         served = load(served_dir / f"rank_{rank}.pt")
@@ -197,7 +204,7 @@ def test_tp_resume_matches_load_universal(layout: str, mount_resume, load_univer
 
 @pytest.mark.parametrize("layout", list(CASES))
 def test_tp_training_matches_load_universal(layout: str, mount_resume, load_universal) -> None:
-    source, tp, dp, stage, bf16 = CASES[layout]
+    source, tp, dp, stage, precision = CASES[layout]
     served_dir, reference_dir = mount_resume(*CASES[layout]), load_universal(*CASES[layout])
     for rank in range(tp * dp):
         served, reference = losses(served_dir, rank), losses(reference_dir, rank)
@@ -214,7 +221,7 @@ RESTORE_CASES = ["zero1_tp2_dp1_to_tp1_dp2", "zero1_tp1_dp2_to_tp2_dp1", "zero1_
 
 @pytest.mark.parametrize("layout", RESTORE_CASES)
 def test_tp_restore_matches_load_universal(layout: str, restored, load_universal) -> None:
-    source, tp, dp, stage, bf16 = CASES[layout]
+    source, tp, dp, stage, precision = CASES[layout]
     restored_dir, reference_dir = restored(*CASES[layout]), load_universal(*CASES[layout])
     for rank in range(tp * dp):
         got = load(restored_dir / f"rank_{rank}.pt")
@@ -264,7 +271,7 @@ def full_shapes_of(ucp_tag: Path) -> dict[str, tuple[int, ...]]:
 
 @pytest.mark.parametrize("layout", list(INDEPENDENT_CASES))
 def test_zero3_autotp_partitions_equal_independent_slices(layout: str, mount_resume, llama_source) -> None:
-    source, tp, dp, stage, bf16 = INDEPENDENT_CASES[layout]
+    source, tp, dp, stage, precision = INDEPENDENT_CASES[layout]
     served_dir = mount_resume(*INDEPENDENT_CASES[layout])
     src = llama_source(source)
     ucp_tag = src / "universal" / (src / "universal" / "latest_universal").read_text().strip()
@@ -292,7 +299,7 @@ def test_zero3_autotp_partitions_equal_independent_slices(layout: str, mount_res
 
 
 def test_deepspeed_zero3_without_tp_to_autotp_still_fails(llama_source, tmp_path: Path) -> None:
-    source, tp, dp, stage, bf16 = BARE_CASE
+    source, tp, dp, stage, precision = BARE_CASE
     try:
         resume("universal", llama_source(source) / "universal", tp, dp, stage, tmp_path / "out", train_steps=0)
     except RuntimeError as error:

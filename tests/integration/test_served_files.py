@@ -141,8 +141,6 @@ REFUSALS = {
         "no built-in AutoTP rules for model_type 'gpt2' (reshardfs knows: llama, mistral, qwen2, qwen3)"),
     "autotp_rule_missing": (["--tp", "2", "--model-config", "{llama_model}"],
                             "no built-in AutoTP rule of model_type 'llama' matches it"),
-    "bf16_optimizer_tp2": (["--tp", "2", "--ds-config", "{bf16_optimizer}"],
-                           "a BF16_Optimizer target with TP 2: its optimizer files also carry AutoTP's"),
     "batch_not_divisible": (["--ds-config", "{bad_batch}"], "train_batch_size 10 is not a multiple of"),
     "missing_config": (["--ds-config", "/nonexistent/ds_config.json"], "/nonexistent/ds_config.json: cannot open"),
     "not_a_ucp": ([], "not a universal checkpoint (no zero/ folder and no latest_universal file)"),
@@ -153,8 +151,6 @@ REFUSALS = {
 def test_refusals(refusal: str, reshardfs: Path, run_tool, tmp_path: Path) -> None:
     flags, message = REFUSALS[refusal]
     configs = {
-        "{bf16_optimizer}": {"zero_optimization": {"stage": 1}, "bf16": {"enabled": True},
-                             "data_types": {"grad_accum_dtype": "fp32"}},
         "{bad_batch}": {"train_batch_size": 10, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1},
         "{autotp2}": {"zero_optimization": {"stage": 1}, "tensor_parallel": {"autotp_size": 2}},
         "{gpt2_model}": {"model_type": "gpt2", "num_attention_heads": 4},
