@@ -7,8 +7,8 @@ ds_to_universal.
 
 What it does:
   1. re-launches itself under `python -m torch.distributed.run --nproc_per_node=<tp*dp>` (CPU, gloo);
-  2. each rank builds the same tiny LlamaForCausalLM (--model qwen2: Qwen2ForCausalLM, the same
-     sizes plus q/k/v biases; qwen2_tied: also lm_head tied) (fixed seed, fp32; hidden 64, 2 layers,
+  2. each rank builds the same tiny LlamaForCausalLM (--model: another of MODELS, e.g. qwen2, the same
+     sizes plus q/k/v biases) (fixed seed, fp32; hidden 64, 2 layers,
      4 heads, 2 KV heads, intermediate 128, vocab 128, untied lm_head), DeepSpeed with
      "tensor_parallel": {"autotp_size": tp}, ZeRO-<stage>, torch AdamW with two param groups,
      WarmupLR; trains --steps steps on deterministic token batches;
@@ -53,28 +53,44 @@ REF_STEPS = 2  # training steps after the save, recorded in reference_losses.jso
 LOSS_RTOL = 1e-4
 
 
-# --model: the transformers classes and head tying of each model the example can build. qwen2 is Llama's
-# layout plus q/k/v biases; qwen2_tied also ties lm_head to the embedding (the test suite resumes both at
-# another TP through reshardfs' built-in AutoTP rules).
+# Phi3's MLP under AutoTP: gate_up_proj is [gate; up] fused along dim 0, split sub-parameter by sub-parameter
+# (each rank its share of gate and its share of up), and down_proj row-parallel. Its attention stays whole:
+# transformers' Phi3Attention cuts qkv_proj by the config's full head counts, so it cannot run on a TP shard.
+PHI3_PARTITION = {
+    "use_default_specs": False,
+    "layer_specs": [
+        {"patterns": [r".*\.mlp\.gate_up_proj\.weight$"], "partition_type": "column", "shape": [2, -1],
+         "partition_dim": 0},
+        {"patterns": [r".*\.mlp\.down_proj\.weight$"], "partition_type": "row"},
+    ],
+}
+
+# --model: what the example can build, as (transformers config class, model class, config fields that differ
+# from the Llama defaults above, "tensor_parallel" fields of its ds_config). qwen2 is Llama's layout plus q/k/v
+# biases, qwen2_tied also ties lm_head to the embedding (the test suite resumes both at another TP through
+# reshardfs' built-in AutoTP rules); phi3 has a fused gate_up_proj, split as PHI3_PARTITION says.
 MODELS = {
-    "llama": ("LlamaConfig", "LlamaForCausalLM", False),
-    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", False),
-    "qwen2_tied": ("Qwen2Config", "Qwen2ForCausalLM", True),
+    "llama": ("LlamaConfig", "LlamaForCausalLM", {}, {}),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}, {}),
+    "qwen2_tied": ("Qwen2Config", "Qwen2ForCausalLM", {"tie_word_embeddings": True}, {}),
+    "phi3": ("Phi3Config", "Phi3ForCausalLM", {"pad_token_id": 0}, {"partition_config": PHI3_PARTITION}),
 }
 
 
 def llama_config(model="llama"):
     import transformers
-    return getattr(transformers, MODELS[model][0])(vocab_size=VOCAB,
-                       hidden_size=HIDDEN,
-                       intermediate_size=INTERMEDIATE,
-                       num_hidden_layers=LAYERS,
-                       num_attention_heads=HEADS,
-                       num_key_value_heads=KV_HEADS,
-                       max_position_embeddings=2 * SEQ,
-                       tie_word_embeddings=MODELS[model][2],
-                       use_cache=False,
-                       attn_implementation="eager")
+    fields = dict(vocab_size=VOCAB,
+                  hidden_size=HIDDEN,
+                  intermediate_size=INTERMEDIATE,
+                  num_hidden_layers=LAYERS,
+                  num_attention_heads=HEADS,
+                  num_key_value_heads=KV_HEADS,
+                  max_position_embeddings=2 * SEQ,
+                  tie_word_embeddings=False,
+                  use_cache=False,
+                  attn_implementation="eager")
+    fields.update(MODELS[model][2])
+    return getattr(transformers, MODELS[model][0])(**fields)
 
 
 def build_model(model="llama"):
@@ -95,9 +111,9 @@ def param_groups(model):
     ]
 
 
-def ds_config(tp, dp, zero_stage, bf16=False, load_universal=False, bf16_optimizer=False):
+def ds_config(tp, dp, zero_stage, bf16=False, load_universal=False, bf16_optimizer=False, model="llama"):
     """bf16_optimizer: bf16 weights with fp32 gradient accumulation at ZeRO-1, which DeepSpeed runs with its
-    BF16_Optimizer instead of the ZeRO-1 optimizer."""
+    BF16_Optimizer instead of the ZeRO-1 optimizer. model: adds that model's "tensor_parallel" fields."""
     cfg = {
         # No train_batch_size (as in DeepSpeed's AutoTP training tutorial): DeepSpeedConfig checks
         # train_batch_size == micro * grad_acc * world_size with world_size = ALL ranks (TP x DP; no
@@ -116,7 +132,7 @@ def ds_config(tp, dp, zero_stage, bf16=False, load_universal=False, bf16_optimiz
             "params": {"warmup_min_lr": 1e-5, "warmup_num_steps": 10, "warmup_type": "linear"},
         },
         "zero_optimization": {"stage": zero_stage},
-        "tensor_parallel": {"autotp_size": tp},
+        "tensor_parallel": {"autotp_size": tp, **MODELS[model][3]},
         "bf16": {"enabled": bool(bf16)},
         "fp16": {"enabled": False},
     }
@@ -177,7 +193,8 @@ def init_engine(model, args, load_universal=False):
                                                    model_parameters=param_groups(model),
                                                    config=ds_config(args.tp, args.dp, args.zero_stage, args.bf16,
                                                                     load_universal,
-                                                                    getattr(args, "bf16_optimizer", False)))
+                                                                    getattr(args, "bf16_optimizer", False),
+                                                                    args.model))
     return engine, scheduler
 
 
@@ -202,7 +219,8 @@ def parse_args(argv=None):
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--bf16", action="store_true", help="bf16 model weights (default fp32)")
     ap.add_argument("--model", default="llama", choices=list(MODELS),
-                    help="default llama; qwen2: Qwen2ForCausalLM (q/k/v biases); qwen2_tied: also a tied lm_head")
+                    help="default llama; qwen2: Qwen2ForCausalLM (q/k/v biases); qwen2_tied: also a tied lm_head; "
+                         "phi3: Phi3ForCausalLM (fused gate_up_proj)")
     ap.add_argument("--load-check", action="store_true",
                     help="load <out>/universal at --tp x --dp with load_universal and compare resume losses")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -225,7 +243,8 @@ def make_worker(args):
         show += [f"model.layers.0.self_attn.{x}_proj" for x in "qkvo"]
         show += [f"model.layers.0.mlp.{x}_proj" for x in ("gate", "up", "down")]
         mods = dict(engine.module.named_modules())
-        for n in show:
+        show += ["model.layers.0.self_attn.qkv_proj", "model.layers.0.mlp.gate_up_proj"]  # phi3's fused layers
+        for n in (n for n in show if n in mods):
             print(f"[make] module {n}: {type(mods[n]).__module__}.{type(mods[n]).__name__}")
         for n, p in engine.module.named_parameters():
             print(f"[make] rank0 param {n} {tuple(p.shape)} {p.dtype}")

@@ -49,9 +49,12 @@ std::vector<int64_t> LogicalShape(const ucp::ParamEntry& p) {
   return p.full_shape;
 }
 
-// The restore metadata of an AutoTP layer that holds `p` whole (no `dim`) or split along `dim`.
+// The restore metadata of an AutoTP layer that holds `p` whole (no `dim`) or split along `dim`; a
+// fused layout (`sub_param_sizes`, more than one) is split sub-parameter by sub-parameter, as
+// AutoTP's sub-parameter layers do (layers.py:_subparam_shard_widths).
 Result<layout::AutoTpRestoreMeta> SplitMeta(const ucp::ParamEntry& p, const std::vector<int64_t>& logical_shape,
-                                            std::optional<int> dim, const Target& target) {
+                                            std::optional<int> dim, const Target& target,
+                                            const std::vector<int64_t>& sub_param_sizes = {}) {
   layout::AutoTpRestoreMeta meta;
   if (!dim) {
     meta.replicated = true;
@@ -67,11 +70,18 @@ Result<layout::AutoTpRestoreMeta> SplitMeta(const ucp::ParamEntry& p, const std:
   }
   // AutoTP names the layer, not the parameter: "model.layers.0.mlp.up_proj" for ".weight".
   const std::string layer = p.name.substr(0, p.name.rfind('.'));
+  meta.partition_dim = *dim;
+  meta.logical_shape = logical_shape;
+  if (sub_param_sizes.size() > 1) {
+    RS_ASSIGN_OR_RETURN(meta.sub_param_shard_widths,
+                        layout::SubParamShardWidths(sub_param_sizes, target.tp_size, layer, target.num_kv_heads,
+                                                    target.tp_grain_size));
+    meta.sub_param_sizes = sub_param_sizes;
+    return meta;
+  }
   RS_ASSIGN_OR_RETURN(std::vector<int64_t> sizes,
                       layout::GetShardSizeList(logical_shape[static_cast<size_t>(*dim)], target.tp_size, layer,
                                                target.num_kv_heads, target.tp_grain_size));
-  meta.partition_dim = *dim;
-  meta.logical_shape = logical_shape;
   meta.partition_sizes = std::move(sizes);
   return meta;
 }
@@ -88,7 +98,8 @@ Result<std::optional<layout::AutoTpRestoreMeta>> TargetAutoTpMeta(const ucp::Uni
                                                                   const ucp::ParamEntry& p, const Target& target) {
   using Meta = std::optional<layout::AutoTpRestoreMeta>;
   if (const ucp::AffineSplit* split = ckpt.FindAffineSplit(p.name)) {
-    RS_ASSIGN_OR_RETURN(layout::AutoTpRestoreMeta meta, SplitMeta(p, split->logical_shape, split->partition_dim, target));
+    RS_ASSIGN_OR_RETURN(layout::AutoTpRestoreMeta meta,
+                        SplitMeta(p, split->logical_shape, split->partition_dim, target, split->sub_param_sizes));
     return Meta(std::move(meta));
   }
   // A checkpoint saved at TP 1 says nothing about a TP split: the converter's cat_dim 0 is a

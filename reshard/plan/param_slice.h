@@ -19,7 +19,8 @@ namespace reshard::plan {
 // _resolve_autotp_partition reads), or nullopt when the target parameter has none:
 //   - a parameter the checkpoint's affine_map describes (DeepSpeed 0.19.8 AutoTP): the map's
 //     split dim, re-cut with AutoTP's shard sizes for the target (layout::GetShardSizeList over
-//     the layer name, the model's KV heads and tp_grain_size); whole if every source rank held
+//     the layer name, the model's KV heads and tp_grain_size; for a fused layout, each
+//     sub-parameter so, layout::SubParamShardWidths); whole if every source rank held
 //     it whole;
 //   - a checkpoint saved without TP (TP degree 1), at a target TP > 1 that names its model_type:
 //     the role layout::BuiltinAutoTpRule gives the parameter, cut the same way;

@@ -1,5 +1,6 @@
 #include "reshard/ucp/checkpoint_info.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -118,49 +119,119 @@ std::vector<int64_t> RowMajorStrides(const std::vector<int64_t>& shape) {
   return strides;
 }
 
+// One piece of a rank's shard as the block of the full tensor it copies: `width` indices from
+// `start` along the split dim, every index of the other dims.
+struct AffineBlock {
+  int64_t dest_offset = 0;
+  int64_t start = 0;
+  int64_t width = 0;
+};
+
 // One parameter's ParamAffineMap.to_dict(): {'logical_shape', 'ranks': {rank: {'shard_shape',
 // 'pieces': [{'shape', 'source': (offset, strides), 'dest': (offset, strides), 'locations'[,
-// 'scale']}]}}}. Accepted when every rank's shard is the whole tensor or one block of it cut
-// along the same single dim, read with the full tensor's row-major strides.
+// 'scale']}]}}}. Accepted when every rank's shard is the whole tensor, or the concatenation along
+// one dim (the same for all ranks) of blocks of it, read with the full tensor's row-major strides:
+// one block per rank (a plain split), or one per sub-parameter (a fused layout such as [Q, K, V]),
+// where the ranks' j-th blocks, in rank order, tile sub-parameter j and the sub-parameters tile the
+// dim in order.
 Result<AffineSplit> ParseAffineSplit(const PickleTree& tree, const std::string& pattern, NodeId map) {
   const std::string what = "affine_map['" + pattern + "']";
   AffineSplit split;
   split.pattern = pattern;
   RS_ASSIGN_OR_RETURN(split.logical_shape, IntList(tree, format::DictLookup(tree, map, "logical_shape"),
                                                    what + "['logical_shape']"));
-  const std::vector<int64_t> full_strides = RowMajorStrides(split.logical_shape);
+  const std::vector<int64_t>& full = split.logical_shape;
+  const std::vector<int64_t> full_strides = RowMajorStrides(full);
   const std::vector<NodeId>* ranks = format::DictItems(tree, format::DictLookup(tree, map, "ranks"));
   if (ranks == nullptr || ranks->empty()) return Corrupt(what + "['ranks'] must be a non-empty dict");
   auto not_plain = [&](const std::string& why) {
-    return Unsupported(what + " is not a plain split of one dim (" + why +
-                       "); such AutoTP layouts (fused sub-parameters) are not served yet");
+    return Unsupported(what + " is not a split of one dim into blocks (" + why +
+                       "); such AutoTP layouts are not served yet");
   };
+  std::vector<std::vector<AffineBlock>> by_rank;  // in the map's (sorted) rank order
+  bool whole = false;
   for (size_t k = 0; k + 1 < ranks->size(); k += 2) {
     const NodeId shard = (*ranks)[k + 1];
     RS_ASSIGN_OR_RETURN(std::vector<int64_t> shard_shape,
                         IntList(tree, format::DictLookup(tree, shard, "shard_shape"), what + " shard_shape"));
     const std::vector<NodeId>* pieces = format::SequenceItems(tree, format::DictLookup(tree, shard, "pieces"));
     if (pieces == nullptr) return Corrupt(what + ": a rank without a 'pieces' list");
-    if (shard_shape.size() != split.logical_shape.size()) return not_plain("a shard of another rank");
-    std::vector<int> cut;
-    for (size_t d = 0; d < shard_shape.size(); ++d) {
-      if (shard_shape[d] != split.logical_shape[d]) cut.push_back(static_cast<int>(d));
+    if (shard_shape.size() != full.size()) return not_plain("a shard of another rank");
+    const std::vector<int64_t> shard_strides = RowMajorStrides(shard_shape);
+    std::vector<AffineBlock>& blocks = by_rank.emplace_back();
+    for (const NodeId piece : *pieces) {
+      if (const NodeId scale = format::DictLookup(tree, piece, "scale");
+          scale != format::kNoNode && format::AsNumber(tree, scale) != 1.0) {
+        return not_plain("a scaled piece");
+      }
+      RS_ASSIGN_OR_RETURN(std::vector<int64_t> shape,
+                          IntList(tree, format::DictLookup(tree, piece, "shape"), what + " piece shape"));
+      const std::vector<NodeId>* source = format::SequenceItems(tree, format::DictLookup(tree, piece, "source"));
+      const std::vector<NodeId>* dest = format::SequenceItems(tree, format::DictLookup(tree, piece, "dest"));
+      if (source == nullptr || source->size() != 2 || dest == nullptr || dest->size() != 2) {
+        return Corrupt(what + ": a piece without (offset, strides) source and dest");
+      }
+      RS_ASSIGN_OR_RETURN(std::vector<int64_t> strides, IntList(tree, (*source)[1], what + " source strides"));
+      RS_ASSIGN_OR_RETURN(std::vector<int64_t> dest_strides, IntList(tree, (*dest)[1], what + " dest strides"));
+      const std::optional<int64_t> offset = format::AsInt(tree, (*source)[0]);
+      const std::optional<int64_t> dest_offset = format::AsInt(tree, (*dest)[0]);
+      if (!offset || !dest_offset || *offset < 0 || *dest_offset < 0) {
+        return Corrupt(what + ": a piece offset that is not a non-negative int");
+      }
+      if (shape.size() != full.size()) return not_plain("a piece of another rank");
+      if (strides != full_strides) return not_plain("source strides other than the full tensor's");
+      if (dest_strides != shard_strides) return not_plain("dest strides other than the shard's");
+      std::vector<int> cut;
+      for (size_t d = 0; d < shape.size(); ++d) {
+        if (shape[d] != full[d]) cut.push_back(static_cast<int>(d));
+      }
+      if (cut.size() > 1) return not_plain("a piece cut along several dims");
+      if (cut.empty()) {
+        if (pieces->size() != 1 || *offset != 0 || shard_shape != full) return not_plain("a whole tensor among pieces");
+        whole = true;
+        continue;
+      }
+      if (split.partition_dim && *split.partition_dim != cut[0]) return not_plain("pieces cut along different dims");
+      const auto dim = static_cast<size_t>(cut[0]);
+      split.partition_dim = cut[0];
+      // The block starts at index offset / stride along the split dim and at 0 along every other.
+      if (full_strides[dim] == 0 || *offset % full_strides[dim] != 0 ||
+          (dim > 0 && *offset >= full_strides[dim - 1])) {
+        return not_plain("a piece that does not start at a whole index of the split dim");
+      }
+      blocks.push_back({*dest_offset, *offset / full_strides[dim], shape[dim]});
     }
-    if (cut.size() > 1) return not_plain("a shard cut along several dims");
-    if (pieces->size() != 1) return not_plain(std::to_string(pieces->size()) + " pieces in one rank's shard");
-    const NodeId piece = (*pieces)[0];
-    if (const NodeId scale = format::DictLookup(tree, piece, "scale");
-        scale != format::kNoNode && format::AsNumber(tree, scale) != 1.0) {
-      return not_plain("a scaled piece");
+    std::sort(blocks.begin(), blocks.end(),
+              [](const AffineBlock& a, const AffineBlock& b) { return a.dest_offset < b.dest_offset; });
+    // The shard is the blocks' concatenation along the split dim, in dest order.
+    if (split.partition_dim) {
+      const auto dim = static_cast<size_t>(*split.partition_dim);
+      int64_t along = 0;
+      for (const AffineBlock& b : blocks) {
+        if (b.dest_offset != along * shard_strides[dim]) return not_plain("pieces that do not tile the shard");
+        along += b.width;
+      }
+      if (along != shard_shape[dim]) return not_plain("pieces that do not fill the shard");
     }
-    const std::vector<NodeId>* source = format::SequenceItems(tree, format::DictLookup(tree, piece, "source"));
-    if (source == nullptr || source->size() != 2) return Corrupt(what + ": a piece without (offset, strides) source");
-    RS_ASSIGN_OR_RETURN(std::vector<int64_t> strides, IntList(tree, (*source)[1], what + " source strides"));
-    if (strides != full_strides) return not_plain("source strides other than the full tensor's");
-    if (cut.empty()) continue;
-    if (split.partition_dim && *split.partition_dim != cut[0]) return not_plain("ranks cut along different dims");
-    split.partition_dim = cut[0];
   }
+  if (!split.partition_dim) return split;  // every rank holds the whole tensor
+  if (whole) return not_plain("some ranks hold the whole tensor, others a block");
+  const size_t num_sub = by_rank.front().size();
+  for (const auto& blocks : by_rank) {
+    if (blocks.size() != num_sub) return not_plain("ranks with different numbers of pieces");
+  }
+  int64_t next = 0;
+  std::vector<int64_t> sizes;
+  for (size_t j = 0; j < num_sub; ++j) {
+    const int64_t begin = next;
+    for (const auto& blocks : by_rank) {
+      if (blocks[j].start != next) return not_plain("blocks that do not tile the split dim in rank order");
+      next += blocks[j].width;
+    }
+    sizes.push_back(next - begin);
+  }
+  if (next != full[static_cast<size_t>(*split.partition_dim)]) return not_plain("blocks that do not cover the dim");
+  if (num_sub > 1) split.sub_param_sizes = std::move(sizes);
   return split;
 }
 

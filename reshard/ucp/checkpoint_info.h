@@ -69,13 +69,18 @@ Result<SubparamShape> ParseSubparamShapeFields(const format::PickleTree& tree, f
 Result<SubparamShape> ParseSubparamShapeObject(const format::PickleTree& tree, format::NodeId id);
 
 // One entry of `affine_map['params']` (DeepSpeed 0.19.8 AutoTP), reduced to the split it
-// describes: how the SOURCE ranks held the parameter. Only maps where every rank holds either the
-// whole tensor or one row-major block cut along a single dim are accepted; the dim is what a
-// target of any TP degree splits again (with AutoTP's own shard sizes).
+// describes: how the SOURCE ranks held the parameter. Accepted: every rank holds the whole tensor,
+// or every rank holds blocks cut along one dim, one block (a plain split) or one per sub-parameter
+// of a fused layout ([Q, K, V] along dim 0: each rank holds its slice of each sub-parameter). The
+// dim, and the sub-parameters, are what a target of any TP degree splits again (with AutoTP's own
+// shard sizes).
 struct AffineSplit {
   std::string pattern;                // the regex key, e.g. ^model\.layers\.0\.self_attn\.q_proj\.weight$
   std::vector<int64_t> logical_shape;
   std::optional<int> partition_dim;   // unset: every source rank held the whole tensor (replicated)
+  // A fused layout's sub-parameter sizes along partition_dim, in order (they sum to its extent);
+  // empty for a plain split.
+  std::vector<int64_t> sub_param_sizes;
 };
 
 // The parsed universal_checkpoint_info of a checkpoint. Lists are empty when the key is absent.
@@ -113,8 +118,8 @@ struct UniversalCheckpointInfo {
 //   - universal_checkpoint_version > kMaxUniversalCheckpointVersion
 //     ("unsupported universal checkpoint version 0.5 (reshardfs supports up to 0.4)");
 //   - a key outside the list above;
-//   - an `affine_map` of another version than 1, or with a map that is not a plain split (several
-//     pieces per rank, fused sub-parameters, a scale, strides other than row-major);
+//   - an `affine_map` of another version than 1, or with a map AffineSplit cannot describe (a
+//     scale, strides other than row-major, blocks cut along several dims or not tiling the dim);
 //   - a non-empty `autotp_unsupported_parameter_patterns` (DeepSpeed's converter refuses it too).
 // kCorrupt for a known key with a value of the wrong type, a sub_param_shard_widths entry
 // whose widths are negative, or a negative vocab size.

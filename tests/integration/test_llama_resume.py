@@ -8,7 +8,9 @@ Sources (real DeepSpeed 0.19.8 runs of examples/make_tiny_llama_checkpoint.py: L
   tp1_zero3   TP 1 x DP 2, ZeRO-3, made in this session (bare flat tensors, no categories);
   qwen2_tp1_zero1  the same model as Qwen2ForCausalLM (q/k/v biases), TP 1 x DP 1, ZeRO-1, made in this session:
               a second family through the built-in AutoTP rules, biases split with their projections;
-  qwen2_tied_tp1_zero1  the same with lm_head tied to the embedding.
+  qwen2_tied_tp1_zero1  the same with lm_head tied to the embedding;
+  phi3_tp2_zero1  Phi3ForCausalLM (fused qkv_proj and gate_up_proj), AutoTP TP 2 x DP 1 with DeepSpeed's "phi3"
+              preset, ZeRO-1, made in this session: its affine_map holds one block per sub-parameter per rank.
 
 Each case mounts the source's UCP with the resuming run's own ds_config (autotp_size = target TP) and the
 model's config.json (--model-config: KV heads for AutoTP's shard sizes, model_type for the built-in AutoTP
@@ -70,9 +72,9 @@ LOSS_RTOL = llama.LOSS_RTOL
 
 # source id: (TP, DP, ZeRO stage) of the run that made it; tp2_zero1 is committed.
 SOURCES = {"tp2_zero1": (2, 1, 1), "tp1_zero1": (1, 2, 1), "tp2_zero3": (2, 1, 3), "tp1_zero3": (1, 2, 3),
-           "qwen2_tp1_zero1": (1, 1, 1), "qwen2_tied_tp1_zero1": (1, 1, 1)}
+           "qwen2_tp1_zero1": (1, 1, 1), "qwen2_tied_tp1_zero1": (1, 1, 1), "phi3_tp2_zero1": (2, 1, 1)}
 # source id -> its model (make_tiny_llama_checkpoint --model); llama when not listed.
-SOURCE_MODELS = {"qwen2_tp1_zero1": "qwen2", "qwen2_tied_tp1_zero1": "qwen2_tied"}
+SOURCE_MODELS = {"qwen2_tp1_zero1": "qwen2", "qwen2_tied_tp1_zero1": "qwen2_tied", "phi3_tp2_zero1": "phi3"}
 
 
 def model_of(source: str) -> str:
@@ -90,6 +92,7 @@ CASES = {
     "bf16_optimizer_tp1_dp2_to_tp2_dp1": ("tp1_zero1", 2, 1, 1, "bf16_optimizer"),
     "qwen2_zero1_tp1_dp1_to_tp2_dp1": ("qwen2_tp1_zero1", 2, 1, 1, "fp32"),
     "qwen2_tied_zero1_tp1_dp1_to_tp2_dp1": ("qwen2_tied_tp1_zero1", 2, 1, 1, "fp32"),
+    "phi3_fused_zero1_tp2_dp1_to_tp2_dp2": ("phi3_tp2_zero1", 2, 2, 1, "fp32"),
 }
 # Cases DeepSpeed's own loader cannot load, checked against slices computed here (see the module docstring).
 BARE_CASE = ("tp1_zero3", 2, 1, 3, "fp32")  # ZeRO-3 TP 1 x DP 2 -> ZeRO-3 AutoTP TP 2 x DP 1
@@ -130,9 +133,9 @@ def run_name(kind: str, source: str, tp: int, dp: int, stage: int, precision: st
     return f"llama_{kind}_{source}_tp{tp}_dp{dp}_z{stage}" + ("" if precision == "fp32" else f"_{precision}")
 
 
-def ds_config_file(path: Path, tp: int, dp: int, stage: int, precision: str) -> Path:
+def ds_config_file(path: Path, tp: int, dp: int, stage: int, precision: str, model: str) -> Path:
     path.write_text(json.dumps(llama.ds_config(tp, dp, stage, precision != "fp32",
-                                               bf16_optimizer=precision == "bf16_optimizer")))
+                                               bf16_optimizer=precision == "bf16_optimizer", model=model)))
     return path
 
 
@@ -144,7 +147,7 @@ def mount_resume(reshardfs: Path, llama_source, tmp_path_factory: pytest.TempPat
     def run(source: str, tp: int, dp: int, stage: int, precision: str) -> Path:
         src = llama_source(source)
         work = tmp_path_factory.mktemp(run_name("mount", source, tp, dp, stage, precision))
-        config = ds_config_file(work / "ds_config.json", tp, dp, stage, precision)
+        config = ds_config_file(work / "ds_config.json", tp, dp, stage, precision, model_of(source))
         mountpoint = work / "mnt"
         mountpoint.mkdir()
         # The ds_config has no train_batch_size (see make_tiny_llama_checkpoint.ds_config), so DP is a flag.

@@ -129,6 +129,50 @@ TEST_CASE("Refusals of universal_checkpoint_info", "[ucp]") {
   CHECK(code_and_message(t.AddList()).second == "universal_checkpoint_info must be a dict, got list of 0");
 }
 
+// affine_map {'version': 1, 'params': {'^w$': map}} where `map` is a [8, 3] tensor held by 2 ranks, each
+// holding `blocks` blocks of rows: rank r's j-th block is rows [starts[r][j], + width) (dest in order).
+NodeId AffineInfo(PickleTree& t, const std::vector<std::vector<int64_t>>& starts, int64_t width) {
+  std::vector<std::pair<NodeId, NodeId>> ranks;
+  for (size_t r = 0; r < starts.size(); ++r) {
+    std::vector<NodeId> pieces;
+    for (size_t j = 0; j < starts[r].size(); ++j) {
+      const auto dest_row = static_cast<int64_t>(j) * width;
+      pieces.push_back(Dict(t, {{"shape", Ints(t, {width, 3})},
+                                {"source", t.AddTuple({t.AddInt(starts[r][j] * 3), Ints(t, {3, 1}, true)})},
+                                {"dest", t.AddTuple({t.AddInt(dest_row * 3), Ints(t, {3, 1}, true)})},
+                                {"locations", Ints(t, {static_cast<int64_t>(r)})}}));
+    }
+    const auto rows = static_cast<int64_t>(starts[r].size()) * width;
+    ranks.emplace_back(t.AddInt(static_cast<int64_t>(r)),
+                       Dict(t, {{"shard_shape", Ints(t, {rows, 3})}, {"pieces", t.AddList(pieces)}}));
+  }
+  const NodeId map = Dict(t, {{"logical_shape", Ints(t, {8, 3})}, {"ranks", t.AddDict(ranks)}});
+  const NodeId params = Dict(t, {{"^w$", map}});
+  return Dict(t, {{"affine_map", Dict(t, {{"version", t.AddInt(1)}, {"params", params}})}});
+}
+
+TEST_CASE("affine_map: plain splits and fused sub-parameter blocks", "[ucp]") {
+  PickleTree t;
+  auto plain = ParseUniversalCheckpointInfo(t, AffineInfo(t, {{0}, {4}}, 4));
+  REQUIRE(plain.ok());
+  REQUIRE(plain->affine_splits.size() == 1);
+  CHECK(plain->affine_splits[0].partition_dim == 0);
+  CHECK(plain->affine_splits[0].sub_param_sizes.empty());
+  // [gate; up], 4 rows each: rank 0 holds rows 0-1 and 4-5, rank 1 rows 2-3 and 6-7.
+  auto fused = ParseUniversalCheckpointInfo(t, AffineInfo(t, {{0, 4}, {2, 6}}, 2));
+  REQUIRE(fused.ok());
+  CHECK(fused->affine_splits[0].partition_dim == 0);
+  CHECK(fused->affine_splits[0].sub_param_sizes == std::vector<int64_t>{4, 4});
+  // Blocks that do not tile the dim rank after rank, sub-parameter after sub-parameter, are refused.
+  for (const auto& starts : std::vector<std::vector<std::vector<int64_t>>>{{{0, 4}, {6, 2}}, {{0, 2}, {4, 6}},
+                                                                           {{0, 4}, {2}}}) {
+    auto r = ParseUniversalCheckpointInfo(t, AffineInfo(t, starts, 2));
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == StatusCode::kUnsupported);
+    CHECK_THAT(r.status().message(), Catch::Contains("affine_map['^w$'] is not a split of one dim into blocks"));
+  }
+}
+
 TEST_CASE("SubparamShape fields and object", "[ucp]") {
   PickleTree t;
   // The legacy normalised form: a tuple shape with an int at partition_dim elsewhere.
