@@ -7,8 +7,8 @@ ds_to_universal.
 
 What it does:
   1. re-launches itself under `python -m torch.distributed.run --nproc_per_node=<tp*dp>` (CPU, gloo);
-  2. each rank builds the same tiny LlamaForCausalLM (--model: another of MODELS, e.g. qwen2, the same
-     sizes plus q/k/v biases) (fixed seed, fp32; hidden 64, 2 layers,
+  2. each rank builds the same tiny LlamaForCausalLM (--model: another of MODELS, e.g. qwen2_tied, the
+     same sizes plus q/k/v biases and a tied head) (fixed seed, fp32; hidden 64, 2 layers,
      4 heads, 2 KV heads, intermediate 128, vocab 128, untied lm_head), DeepSpeed with
      "tensor_parallel": {"autotp_size": tp}, ZeRO-<stage>, torch AdamW with two param groups,
      WarmupLR; trains --steps steps on deterministic token batches;
@@ -66,12 +66,11 @@ PHI3_PARTITION = {
 }
 
 # --model: what the example can build, as (transformers config class, model class, config fields that differ
-# from the Llama defaults above, "tensor_parallel" fields of its ds_config). qwen2 is Llama's layout plus q/k/v
-# biases, qwen2_tied also ties lm_head to the embedding (the test suite resumes both at another TP through
-# reshardfs' built-in AutoTP rules); phi3 has a fused gate_up_proj, split as PHI3_PARTITION says.
+# from the Llama defaults above, "tensor_parallel" fields of its ds_config). qwen2_tied is Llama's layout plus
+# q/k/v biases and an lm_head tied to the embedding (the test suite resumes it at another TP through reshardfs'
+# built-in AutoTP rules); phi3 has a fused gate_up_proj, split as PHI3_PARTITION says.
 MODELS = {
     "llama": ("LlamaConfig", "LlamaForCausalLM", {}, {}),
-    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}, {}),
     "qwen2_tied": ("Qwen2Config", "Qwen2ForCausalLM", {"tie_word_embeddings": True}, {}),
     "phi3": ("Phi3Config", "Phi3ForCausalLM", {"pad_token_id": 0}, {"partition_config": PHI3_PARTITION}),
 }
@@ -219,7 +218,7 @@ def parse_args(argv=None):
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--bf16", action="store_true", help="bf16 model weights (default fp32)")
     ap.add_argument("--model", default="llama", choices=list(MODELS),
-                    help="default llama; qwen2: Qwen2ForCausalLM (q/k/v biases); qwen2_tied: also a tied lm_head; "
+                    help="default llama; qwen2_tied: Qwen2ForCausalLM (q/k/v biases, lm_head tied); "
                          "phi3: Phi3ForCausalLM (fused gate_up_proj)")
     ap.add_argument("--load-check", action="store_true",
                     help="load <out>/universal at --tp x --dp with load_universal and compare resume losses")

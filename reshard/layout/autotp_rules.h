@@ -12,8 +12,8 @@
 // BuiltinAutoTpRule): llama, mistral, qwen2 and qwen3, against the affine_map DeepSpeed 0.19.8's
 // AutoTP records for every parameter of a tiny model of each (tests/unit/layout/autotp_layouts.json,
 // re-recorded from the pinned package by tests/integration/test_autotp_layouts.py), the split dims
-// and KV-aware shard sizes both; llama and qwen2 also end to end, DeepSpeed's own load_universal of
-// a TP 1 checkpoint at TP 2 against the served files (tests/integration/test_llama_resume.py).
+// and KV-aware shard sizes both; llama and qwen2 (tied) also end to end: a TP 1 checkpoint resumed
+// from the mount at TP 2 equals DeepSpeed's own load_universal (tests/integration/test_llama_resume.py).
 // Everything else is refused rather than guessed.
 // Pure functions. Public header: C++17.
 #pragma once

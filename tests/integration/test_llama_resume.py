@@ -6,9 +6,9 @@ Sources (real DeepSpeed 0.19.8 runs of examples/make_tiny_llama_checkpoint.py: L
   tp1_zero1   TP 1 x DP 2, ZeRO-1, made in this session (no TP metadata: converted with --inject_missing_state);
   tp2_zero3   AutoTP TP 2 x DP 1, ZeRO-3, made in this session (dict state files with the affine_map);
   tp1_zero3   TP 1 x DP 2, ZeRO-3, made in this session (bare flat tensors, no categories);
-  qwen2_tp1_zero1  the same model as Qwen2ForCausalLM (q/k/v biases), TP 1 x DP 1, ZeRO-1, made in this session:
-              a second family through the built-in AutoTP rules, biases split with their projections;
-  qwen2_tied_tp1_zero1  the same with lm_head tied to the embedding;
+  qwen2_tied_tp1_zero1  the same model as Qwen2ForCausalLM (q/k/v biases) with lm_head tied to the embedding,
+              TP 1 x DP 1, ZeRO-1, made in this session: a second family through the built-in AutoTP rules, biases
+              split with their projections, the tied head whole;
   phi3_tp2_zero1  Phi3ForCausalLM (fused qkv_proj and gate_up_proj), AutoTP TP 2 x DP 1 with DeepSpeed's "phi3"
               preset, ZeRO-1, made in this session: its affine_map holds one block per sub-parameter per rank.
 
@@ -72,9 +72,9 @@ LOSS_RTOL = llama.LOSS_RTOL
 
 # source id: (TP, DP, ZeRO stage) of the run that made it; tp2_zero1 is committed.
 SOURCES = {"tp2_zero1": (2, 1, 1), "tp1_zero1": (1, 2, 1), "tp2_zero3": (2, 1, 3), "tp1_zero3": (1, 2, 3),
-           "qwen2_tp1_zero1": (1, 1, 1), "qwen2_tied_tp1_zero1": (1, 1, 1), "phi3_tp2_zero1": (2, 1, 1)}
+           "qwen2_tied_tp1_zero1": (1, 1, 1), "phi3_tp2_zero1": (2, 1, 1)}
 # source id -> its model (make_tiny_llama_checkpoint --model); llama when not listed.
-SOURCE_MODELS = {"qwen2_tp1_zero1": "qwen2", "qwen2_tied_tp1_zero1": "qwen2_tied", "phi3_tp2_zero1": "phi3"}
+SOURCE_MODELS = {"qwen2_tied_tp1_zero1": "qwen2_tied", "phi3_tp2_zero1": "phi3"}
 
 
 def model_of(source: str) -> str:
@@ -90,7 +90,6 @@ CASES = {
     "zero3_tp2_dp1_to_tp2_dp2": ("tp2_zero3", 2, 2, 3, "fp32"),
     "zero3_tp2_dp1_to_tp1_dp2": ("tp2_zero3", 1, 2, 3, "fp32"),
     "bf16_optimizer_tp1_dp2_to_tp2_dp1": ("tp1_zero1", 2, 1, 1, "bf16_optimizer"),
-    "qwen2_zero1_tp1_dp1_to_tp2_dp1": ("qwen2_tp1_zero1", 2, 1, 1, "fp32"),
     "qwen2_tied_zero1_tp1_dp1_to_tp2_dp1": ("qwen2_tied_tp1_zero1", 2, 1, 1, "fp32"),
     "phi3_fused_zero1_tp2_dp1_to_tp2_dp2": ("phi3_tp2_zero1", 2, 2, 1, "fp32"),
 }

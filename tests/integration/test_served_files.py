@@ -200,6 +200,22 @@ def test_frozen_parameters_are_served_only_at_the_source_layout(reshardfs: Path,
     assert not (tmp_path / "dp4").exists()
 
 
+def test_autoep_expert_tensors_are_refused(reshardfs: Path, run_tool, tmp_path: Path) -> None:
+    """A parameter the converter marked as an AutoEP expert tensor (is_expert_param, ep_num_experts in its state
+    files) is refused with its name, at any layout: expert-parallel slicing is not served yet."""
+    ucp = tmp_path / "ucp"
+    shutil.copytree(UCP, ucp)
+    folder = ucp / f"{TAG}_universal" / "zero" / "fc1.weight"
+    for state in ("fp32", "exp_avg", "exp_avg_sq"):
+        d = torch.load(folder / f"{state}.pt", weights_only=False)
+        d.update(is_expert_param=True, ep_num_experts=2)
+        torch.save(d, folder / f"{state}.pt")
+    result = run_tool(reshardfs, "materialize", ucp, tmp_path / "out")
+    assert result.returncode == 1, result
+    assert "parameter 'fc1.weight': AutoEP expert tensors are not served yet" in result.stderr, result
+    assert not (tmp_path / "out").exists()
+
+
 def test_materialize_refuses_a_non_empty_folder(reshardfs: Path, run_tool, tmp_path: Path) -> None:
     (tmp_path / "keep.txt").write_text("mine")
     result = run_tool(reshardfs, "materialize", UCP, tmp_path)
