@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "reshard/base/checked_math.h"
 #include "reshard/format/pickle_query.h"
 
 namespace reshard::ucp {
@@ -113,9 +114,25 @@ Result<std::vector<int64_t>> IntList(const PickleTree& tree, NodeId id, const st
   return std::move(*v);
 }
 
+// A shape read from an affine map: non-negative dims whose row-major strides (every suffix product)
+// fit in int64, so that offsets computed from them cannot overflow.
+Result<std::vector<int64_t>> AffineShape(const PickleTree& tree, NodeId id, const std::string& what) {
+  RS_ASSIGN_OR_RETURN(std::vector<int64_t> shape, IntList(tree, id, what));
+  uint64_t product = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    const std::optional<uint64_t> next =
+        shape[i] < 0 ? std::nullopt : CheckedMul(product, static_cast<uint64_t>(std::max<int64_t>(shape[i], 1)));
+    if (!next || *next > static_cast<uint64_t>(INT64_MAX)) {
+      return Corrupt(what + " must hold non-negative dims whose product fits in int64");
+    }
+    product = *next;
+  }
+  return shape;
+}
+
 std::vector<int64_t> RowMajorStrides(const std::vector<int64_t>& shape) {
   std::vector<int64_t> strides(shape.size(), 1);
-  for (size_t i = shape.size(); i-- > 1;) strides[i - 1] = strides[i] * shape[i];
+  for (size_t i = shape.size(); i-- > 1;) strides[i - 1] = strides[i] * std::max<int64_t>(shape[i], 1);
   return strides;
 }
 
@@ -138,8 +155,8 @@ Result<AffineSplit> ParseAffineSplit(const PickleTree& tree, const std::string& 
   const std::string what = "affine_map['" + pattern + "']";
   AffineSplit split;
   split.pattern = pattern;
-  RS_ASSIGN_OR_RETURN(split.logical_shape, IntList(tree, format::DictLookup(tree, map, "logical_shape"),
-                                                   what + "['logical_shape']"));
+  RS_ASSIGN_OR_RETURN(split.logical_shape, AffineShape(tree, format::DictLookup(tree, map, "logical_shape"),
+                                                       what + "['logical_shape']"));
   const std::vector<int64_t>& full = split.logical_shape;
   const std::vector<int64_t> full_strides = RowMajorStrides(full);
   const std::vector<NodeId>* ranks = format::DictItems(tree, format::DictLookup(tree, map, "ranks"));
@@ -153,7 +170,7 @@ Result<AffineSplit> ParseAffineSplit(const PickleTree& tree, const std::string& 
   for (size_t k = 0; k + 1 < ranks->size(); k += 2) {
     const NodeId shard = (*ranks)[k + 1];
     RS_ASSIGN_OR_RETURN(std::vector<int64_t> shard_shape,
-                        IntList(tree, format::DictLookup(tree, shard, "shard_shape"), what + " shard_shape"));
+                        AffineShape(tree, format::DictLookup(tree, shard, "shard_shape"), what + " shard_shape"));
     const std::vector<NodeId>* pieces = format::SequenceItems(tree, format::DictLookup(tree, shard, "pieces"));
     if (pieces == nullptr) return Corrupt(what + ": a rank without a 'pieces' list");
     if (shard_shape.size() != full.size()) return not_plain("a shard of another rank");
@@ -165,7 +182,7 @@ Result<AffineSplit> ParseAffineSplit(const PickleTree& tree, const std::string& 
         return not_plain("a scaled piece");
       }
       RS_ASSIGN_OR_RETURN(std::vector<int64_t> shape,
-                          IntList(tree, format::DictLookup(tree, piece, "shape"), what + " piece shape"));
+                          AffineShape(tree, format::DictLookup(tree, piece, "shape"), what + " piece shape"));
       const std::vector<NodeId>* source = format::SequenceItems(tree, format::DictLookup(tree, piece, "source"));
       const std::vector<NodeId>* dest = format::SequenceItems(tree, format::DictLookup(tree, piece, "dest"));
       if (source == nullptr || source->size() != 2 || dest == nullptr || dest->size() != 2) {
@@ -195,11 +212,14 @@ Result<AffineSplit> ParseAffineSplit(const PickleTree& tree, const std::string& 
       const auto dim = static_cast<size_t>(cut[0]);
       split.partition_dim = cut[0];
       // The block starts at index offset / stride along the split dim and at 0 along every other.
-      if (full_strides[dim] == 0 || *offset % full_strides[dim] != 0 ||
-          (dim > 0 && *offset >= full_strides[dim - 1])) {
+      if (*offset % full_strides[dim] != 0 || (dim > 0 && *offset >= full_strides[dim - 1])) {
         return not_plain("a piece that does not start at a whole index of the split dim");
       }
-      blocks.push_back({*dest_offset, *offset / full_strides[dim], shape[dim]});
+      const int64_t start = *offset / full_strides[dim];
+      if (!RangeFits(static_cast<uint64_t>(start), static_cast<uint64_t>(shape[dim]), static_cast<uint64_t>(full[dim]))) {
+        return not_plain("a piece outside the tensor");
+      }
+      blocks.push_back({*dest_offset, start, shape[dim]});
     }
     std::sort(blocks.begin(), blocks.end(),
               [](const AffineBlock& a, const AffineBlock& b) { return a.dest_offset < b.dest_offset; });
@@ -208,7 +228,10 @@ Result<AffineSplit> ParseAffineSplit(const PickleTree& tree, const std::string& 
       const auto dim = static_cast<size_t>(*split.partition_dim);
       int64_t along = 0;
       for (const AffineBlock& b : blocks) {
-        if (b.dest_offset != along * shard_strides[dim]) return not_plain("pieces that do not tile the shard");
+        // along <= shard_shape[dim], so the product stays within the shard's numel (checked above).
+        if (along > shard_shape[dim] || b.dest_offset != along * shard_strides[dim]) {
+          return not_plain("pieces that do not tile the shard");
+        }
         along += b.width;
       }
       if (along != shard_shape[dim]) return not_plain("pieces that do not fill the shard");

@@ -171,6 +171,13 @@ TEST_CASE("affine_map: plain splits and fused sub-parameter blocks", "[ucp]") {
     CHECK(r.status().code() == StatusCode::kUnsupported);
     CHECK_THAT(r.status().message(), Catch::Contains("affine_map['^w$'] is not a split of one dim into blocks"));
   }
+  // A block past the end of the tensor, and a negative extent.
+  auto outside = ParseUniversalCheckpointInfo(t, AffineInfo(t, {{0, 4}, {2, 7}}, 2));
+  REQUIRE_FALSE(outside.ok());
+  CHECK_THAT(outside.status().message(), Catch::Contains("a piece outside the tensor"));
+  auto negative = ParseUniversalCheckpointInfo(t, AffineInfo(t, {{0}, {4}}, -4));
+  REQUIRE_FALSE(negative.ok());
+  CHECK(negative.status().code() == StatusCode::kCorrupt);
 }
 
 TEST_CASE("SubparamShape fields and object", "[ucp]") {
