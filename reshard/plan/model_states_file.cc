@@ -115,10 +115,13 @@ Result<NodeId> FrozenValue(FileBuilder& b, const ucp::UniversalCheckpoint& ckpt,
   if (IsEmptyOrNone(t, value) && FrozenParams(ckpt, t).empty()) return AddOrderedDict(b.tree(), {});
   if (!format::IsNone(t, value) && (!fragments || !LayoutChanged(ckpt, target))) return b.Import(src, value);
   const std::vector<std::string> frozen = FrozenParams(ckpt, t);
+  const std::string whose =
+      frozen.empty() ? std::string("the source's frozen parameters") : "frozen parameters (" + frozen.front() + ", ...)";
+  const std::string why = format::IsNone(t, value)
+                              ? " are missing; a ZeRO-2/3 target needs them"
+                              : " cannot be re-partitioned yet; serve this checkpoint at its own TP, DP and ZeRO stage";
   return Unsupported(src.path() + ": " + (fragments ? "frozen_param_fragments" : "frozen_param_shapes") + " of " +
-                     (frozen.empty() ? std::string("the source's frozen parameters") : "frozen parameters (" + frozen.front() + ", ...)") +
-                     (format::IsNone(t, value) ? " are missing; a ZeRO-2/3 target needs them"
-                                               : " cannot be re-partitioned yet; serve this checkpoint at its own TP, DP and ZeRO stage"));
+                     whose + why);
 }
 
 }  // namespace

@@ -216,7 +216,8 @@ Result<AffineSplit> ParseAffineSplit(const PickleTree& tree, const std::string& 
         return not_plain("a piece that does not start at a whole index of the split dim");
       }
       const int64_t start = *offset / full_strides[dim];
-      if (!RangeFits(static_cast<uint64_t>(start), static_cast<uint64_t>(shape[dim]), static_cast<uint64_t>(full[dim]))) {
+      if (!RangeFits(static_cast<uint64_t>(start), static_cast<uint64_t>(shape[dim]),
+                     static_cast<uint64_t>(full[dim]))) {
         return not_plain("a piece outside the tensor");
       }
       blocks.push_back({*dest_offset, start, shape[dim]});

@@ -90,7 +90,8 @@ TEST_CASE("Built-in AutoTP rules refuse what they do not know", "[autotp]") {
   CHECK(BuiltinAutoTpRule("llama", "lm_head.weight", true).value() == AutoTpRole::kReplicated);
   CHECK(BuiltinAutoTpRule("llama", "lm_head.weight", false).value() == AutoTpRole::kColumn);
   unsupported(BuiltinAutoTpRule("qwen2", "model.layers.0.mlp.experts.0.gate_proj.scale", false),
-              "parameter 'model.layers.0.mlp.experts.0.gate_proj.scale': no built-in AutoTP rule of model_type 'qwen2'");
+              "parameter 'model.layers.0.mlp.experts.0.gate_proj.scale': no built-in AutoTP rule of model_type "
+              "'qwen2'");
   unsupported(BuiltinAutoTpRule("llama", "model.my_lm_head.weight", false), "no built-in AutoTP rule");
   CHECK(BuiltinAutoTpModelTypes() == std::vector<std::string>{"llama", "mistral", "qwen2", "qwen3"});
   CHECK(SplitDim(AutoTpRole::kReplicated) == -1);
