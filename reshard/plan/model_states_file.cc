@@ -1,9 +1,13 @@
 #include "reshard/plan/model_states_file.h"
 
 #include <algorithm>
+#include <optional>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "reshard/format/pickle_query.h"
+#include "reshard/format/torch_tensor.h"
 #include "reshard/plan/file_builder.h"
 #include "reshard/plan/lp_weight.h"
 #include "reshard/plan/python_values.h"
@@ -82,25 +86,53 @@ bool IsEmptyOrNone(const format::PickleTree& t, NodeId id) {
   return items != nullptr && items->empty();
 }
 
+// The view a module entry's tensor takes of its storage, for telling aliases apart: torch.save writes
+// a tied parameter's state_dict entries as separate tensor objects over one storage.
+struct TensorView {
+  std::string storage;
+  int64_t offset = 0;
+  std::vector<int64_t> shape;
+  std::vector<int64_t> stride;
+
+  bool operator==(const TensorView& o) const {
+    return storage == o.storage && offset == o.offset && shape == o.shape && stride == o.stride;
+  }
+};
+
+std::optional<TensorView> ViewOf(const format::PickleTree& t, NodeId value) {
+  auto tensor = format::MatchTensor(t, value);
+  if (!tensor.ok() || !*tensor) return std::nullopt;
+  const format::TensorRef& r = **tensor;
+  return TensorView{r.storage.key, r.storage_offset, r.shape, r.stride};
+}
+
 // The module entries that are frozen parameters: neither a listed (trainable) parameter, nor a
-// buffer, nor an alias of a listed parameter (the same pickled tensor object).
+// buffer, nor an alias of a listed parameter (the same pickled tensor object, or the same view of
+// the same storage: a tied lm_head.weight).
 std::vector<std::string> FrozenParams(const ucp::UniversalCheckpoint& ckpt, const format::PickleTree& t) {
   const NodeId module = format::DictLookup(t, t.root(), "module");
   const std::vector<NodeId>* items = format::DictItems(t, module);
   std::vector<std::string> buffers =
       format::AsStrSequence(t, format::DictLookup(t, t.root(), "buffer_names")).value_or(std::vector<std::string>{});
   std::vector<NodeId> trainable;
+  std::vector<TensorView> trainable_views;
   std::vector<std::string> frozen;
   if (items == nullptr) return frozen;
   for (size_t i = 0; i + 1 < items->size(); i += 2) {
     const std::string name(format::AsStr(t, (*items)[i]).value_or(""));
+    const NodeId value = (*items)[i + 1];
     const ucp::ParamEntry* p = ckpt.FindParam(name);
+    const std::optional<TensorView> view = ViewOf(t, value);
     if (p != nullptr && p->listed) {
-      trainable.push_back((*items)[i + 1]);
-    } else if (std::find(buffers.begin(), buffers.end(), name) == buffers.end() &&
-               std::find(trainable.begin(), trainable.end(), (*items)[i + 1]) == trainable.end()) {
-      frozen.push_back(name);
+      trainable.push_back(value);
+      if (view) trainable_views.push_back(*view);
+      continue;
     }
+    const bool same_node = std::find(trainable.begin(), trainable.end(), value) != trainable.end();
+    const bool same_view =
+        view && std::find(trainable_views.begin(), trainable_views.end(), *view) != trainable_views.end();
+    const bool alias = same_node || same_view;
+    if (!alias && std::find(buffers.begin(), buffers.end(), name) == buffers.end()) frozen.push_back(name);
   }
   return frozen;
 }
@@ -115,8 +147,8 @@ Result<NodeId> FrozenValue(FileBuilder& b, const ucp::UniversalCheckpoint& ckpt,
   if (IsEmptyOrNone(t, value) && FrozenParams(ckpt, t).empty()) return AddOrderedDict(b.tree(), {});
   if (!format::IsNone(t, value) && (!fragments || !LayoutChanged(ckpt, target))) return b.Import(src, value);
   const std::vector<std::string> frozen = FrozenParams(ckpt, t);
-  const std::string whose =
-      frozen.empty() ? std::string("the source's frozen parameters") : "frozen parameters (" + frozen.front() + ", ...)";
+  const std::string whose = frozen.empty() ? std::string("the source's frozen parameters")
+                                           : "frozen parameters (" + frozen.front() + ", ...)";
   const std::string why = format::IsNone(t, value)
                               ? " are missing; a ZeRO-2/3 target needs them"
                               : " cannot be re-partitioned yet; serve this checkpoint at its own TP, DP and ZeRO stage";
