@@ -8,7 +8,9 @@
 
 #include "reshard/format/pickle_query.h"
 #include "reshard/format/torch_tensor.h"
+#include "reshard/layout/zero_partition.h"
 #include "reshard/plan/file_builder.h"
+#include "reshard/plan/frozen_params.h"
 #include "reshard/plan/lp_weight.h"
 #include "reshard/plan/python_values.h"
 
@@ -28,6 +30,24 @@ bool LayoutChanged(const ucp::UniversalCheckpoint& ckpt, const Target& target) {
          (target.zero_stage == 3) != (ckpt.zero_stage() == 3);
 }
 
+// The target's frozen parameters (plan/frozen_params.h), when they are not copied as they are.
+// Their module entries, and the frozen_param_shapes / frozen_param_fragments of a ZeRO-2/3 target, are
+// built from the source values; nodes are shared where DeepSpeed's objects are (a ZeRO-2 fragment is
+// the parameter itself).
+struct FrozenEntries {
+  std::vector<FrozenParam> params;
+  std::vector<NodeId> module_values;  // per param: its module entry
+  std::vector<NodeId> fragments;      // per param: its frozen_param_fragments entry (ZeRO-2/3 targets)
+};
+
+// The module entry built for frozen parameter `name`, or kNoNode when `name` is not one.
+NodeId FrozenModuleValue(const FrozenEntries& frozen, std::string_view name) {
+  for (size_t i = 0; i < frozen.params.size(); ++i) {
+    if (frozen.params[i].name == name) return frozen.module_values[i];
+  }
+  return format::kNoNode;
+}
+
 // A module entry for a trainable parameter.
 Result<NodeId> LpTensor(FileBuilder& b, const ucp::UniversalCheckpoint& ckpt, const Target& target,
                         const ucp::ParamEntry& p, int tp_rank, SourceTable& sources) {
@@ -37,7 +57,8 @@ Result<NodeId> LpTensor(FileBuilder& b, const ucp::UniversalCheckpoint& ckpt, co
 }
 
 Result<NodeId> Module(FileBuilder& b, const ucp::UniversalCheckpoint& ckpt, const Target& target,
-                      const format::TorchArchive& src, NodeId module, int tp_rank, SourceTable& sources) {
+                      const format::TorchArchive& src, NodeId module, int tp_rank,
+                      const std::optional<FrozenEntries>& frozen, SourceTable& sources) {
   const format::PickleTree& t = src.tree();
   const std::vector<NodeId>* items = format::DictItems(t, module);
   if (items == nullptr) {
@@ -54,6 +75,9 @@ Result<NodeId> Module(FileBuilder& b, const ucp::UniversalCheckpoint& ckpt, cons
       RS_ASSIGN_OR_RETURN(NodeId v, LpTensor(b, ckpt, target, *p, tp_rank, sources));
       b.Substitute(src, value, v);  // a tied alias later in the dict is the same tensor
       entries.emplace_back(k, v);
+    } else if (const NodeId f = frozen && name ? FrozenModuleValue(*frozen, *name) : format::kNoNode;
+               f != format::kNoNode) {
+      entries.emplace_back(k, f);
     } else {
       RS_ASSIGN_OR_RETURN(NodeId v, b.Import(src, value));
       entries.emplace_back(k, v);
@@ -86,74 +110,94 @@ bool IsEmptyOrNone(const format::PickleTree& t, NodeId id) {
   return items != nullptr && items->empty();
 }
 
-// The view a module entry's tensor takes of its storage, for telling aliases apart: torch.save writes
-// a tied parameter's state_dict entries as separate tensor objects over one storage.
-struct TensorView {
-  std::string storage;
-  int64_t offset = 0;
-  std::vector<int64_t> shape;
-  std::vector<int64_t> stride;
-
-  bool operator==(const TensorView& o) const {
-    return storage == o.storage && offset == o.offset && shape == o.shape && stride == o.stride;
-  }
-};
-
-std::optional<TensorView> ViewOf(const format::PickleTree& t, NodeId value) {
-  auto tensor = format::MatchTensor(t, value);
-  if (!tensor.ok() || !*tensor) return std::nullopt;
-  const format::TensorRef& r = **tensor;
-  return TensorView{r.storage.key, r.storage_offset, r.shape, r.stride};
+// DeepSpeed keeps a frozen parameter in the module's lp dtype: a float32 source is rounded like the
+// trainable weights; another source dtype is served only as itself.
+Result<Conversion> FrozenConversion(const std::string& where, const FrozenParam& p, const Target& target) {
+  if (p.dtype == target.lp_dtype) return Conversion::kCopy;
+  if (p.dtype == format::DType::kFloat32) return LpConversion(target.lp_dtype);
+  return Unsupported(where + ": frozen parameter '" + p.name + "' is stored as " + std::string(format::TorchName(p.dtype)) +
+                     "; it can be served only as that dtype, not as " +
+                     std::string(format::TorchName(target.lp_dtype)));
 }
 
-// The module entries that are frozen parameters: neither a listed (trainable) parameter, nor a
-// buffer, nor an alias of a listed parameter (the same pickled tensor object, or the same view of
-// the same storage: a tied lm_head.weight).
-std::vector<std::string> FrozenParams(const ucp::UniversalCheckpoint& ckpt, const format::PickleTree& t) {
-  const NodeId module = format::DictLookup(t, t.root(), "module");
-  const std::vector<NodeId>* items = format::DictItems(t, module);
-  std::vector<std::string> buffers =
-      format::AsStrSequence(t, format::DictLookup(t, t.root(), "buffer_names")).value_or(std::vector<std::string>{});
-  std::vector<NodeId> trainable;
-  std::vector<TensorView> trainable_views;
-  std::vector<std::string> frozen;
-  if (items == nullptr) return frozen;
-  for (size_t i = 0; i + 1 < items->size(); i += 2) {
-    const std::string name(format::AsStr(t, (*items)[i]).value_or(""));
-    const NodeId value = (*items)[i + 1];
-    const ucp::ParamEntry* p = ckpt.FindParam(name);
-    const std::optional<TensorView> view = ViewOf(t, value);
-    if (p != nullptr && p->listed) {
-      trainable.push_back(value);
-      if (view) trainable_views.push_back(*view);
+Result<FrozenEntries> BuildFrozenEntries(FileBuilder& b, const std::string& where, std::vector<FrozenParam> params,
+                                         const Target& target, int dp_rank) {
+  FrozenEntries out;
+  for (const FrozenParam& p : params) {
+    RS_ASSIGN_OR_RETURN(Conversion conversion, FrozenConversion(where, p, target));
+    if (target.zero_stage != 3) {
+      RS_ASSIGN_OR_RETURN(NodeId v, b.AddTensor(target.lp_dtype, p.shape, p.value, conversion));
+      out.module_values.push_back(v);
+      out.fragments.push_back(v);
       continue;
     }
-    const bool same_node = std::find(trainable.begin(), trainable.end(), value) != trainable.end();
-    const bool same_view =
-        view && std::find(trainable_views.begin(), trainable_views.end(), *view) != trainable_views.end();
-    const bool alias = same_node || same_view;
-    if (!alias && std::find(buffers.begin(), buffers.end(), name) == buffers.end()) frozen.push_back(name);
+    // ZeRO-3: the module holds the released (0,) placeholder, the fragment the rank's partition.
+    RS_ASSIGN_OR_RETURN(NodeId placeholder, b.AddTensor(target.lp_dtype, {0}, {}, Conversion::kCopy));
+    RS_ASSIGN_OR_RETURN(layout::Zero3ParamPart part,
+                        layout::PartitionZero3Param(NumElements(p.value), static_cast<uint32_t>(target.dp_size),
+                                                    static_cast<uint32_t>(dp_rank)));
+    RS_ASSIGN_OR_RETURN(ExtentList extents, SliceExtents(p.value, part.src_start, part.real_numel));
+    AppendZeros(extents, part.partition_numel - part.real_numel);
+    RS_ASSIGN_OR_RETURN(NodeId fragment,
+                        b.AddTensor(target.lp_dtype, {static_cast<int64_t>(part.partition_numel)}, std::move(extents),
+                                    conversion));
+    out.module_values.push_back(placeholder);
+    out.fragments.push_back(fragment);
   }
-  return frozen;
+  out.params = std::move(params);
+  return out;
+}
+
+// Whether the source's frozen entries can be copied as they are: same TP, DP, ZeRO stage and dtype.
+bool FrozenCopiedAsIs(const ucp::UniversalCheckpoint& ckpt, const Target& target,
+                      const std::vector<FrozenParam>& params) {
+  if (LayoutChanged(ckpt, target) || target.zero_stage != ckpt.zero_stage()) return false;
+  return std::all_of(params.begin(), params.end(),
+                     [&](const FrozenParam& p) { return p.dtype == target.lp_dtype; });
 }
 
 // frozen_param_shapes / frozen_param_fragments: None below ZeRO-2 (DeepSpeed saves them from
-// stage 2 on); copied when the source has them and the layout keeps them valid; an empty
-// OrderedDict when the model has no frozen parameters.
+// stage 2 on); rebuilt when the frozen parameters were re-planned; else copied from the source (an
+// empty OrderedDict when the model has no frozen parameters).
 Result<NodeId> FrozenValue(FileBuilder& b, const ucp::UniversalCheckpoint& ckpt, const Target& target,
-                           const format::TorchArchive& src, NodeId value, bool fragments) {
+                           const format::TorchArchive& src, NodeId value, bool fragments,
+                           const std::optional<FrozenEntries>& frozen) {
   const format::PickleTree& t = src.tree();
   if (target.zero_stage < 2) return b.tree().AddNone();
-  if (IsEmptyOrNone(t, value) && FrozenParams(ckpt, t).empty()) return AddOrderedDict(b.tree(), {});
-  if (!format::IsNone(t, value) && (!fragments || !LayoutChanged(ckpt, target))) return b.Import(src, value);
-  const std::vector<std::string> frozen = FrozenParams(ckpt, t);
-  const std::string whose = frozen.empty() ? std::string("the source's frozen parameters")
-                                           : "frozen parameters (" + frozen.front() + ", ...)";
-  const std::string why = format::IsNone(t, value)
-                              ? " are missing; a ZeRO-2/3 target needs them"
-                              : " cannot be re-partitioned yet; serve this checkpoint at its own TP, DP and ZeRO stage";
-  return Unsupported(src.path() + ": " + (fragments ? "frozen_param_fragments" : "frozen_param_shapes") + " of " +
-                     whose + why);
+  if (frozen) {
+    std::vector<std::pair<NodeId, NodeId>> items;
+    for (size_t i = 0; i < frozen->params.size(); ++i) {
+      const FrozenParam& p = frozen->params[i];
+      items.emplace_back(b.tree().AddStr(p.name),
+                         fragments ? frozen->fragments[i] : AddTorchSize(b.tree(), p.shape));
+    }
+    return AddOrderedDict(b.tree(), items);
+  }
+  if (IsEmptyOrNone(t, value) && FrozenParamNames(ckpt, t).empty()) return AddOrderedDict(b.tree(), {});
+  if (!format::IsNone(t, value)) return b.Import(src, value);
+  return Unsupported(src.path() + ": " + (fragments ? "frozen_param_fragments" : "frozen_param_shapes") +
+                     " of the source's frozen parameters are missing; a ZeRO-2/3 target needs them");
+}
+
+// The frozen parameters re-planned for the target, or nullopt when they are copied as they are.
+// Refused: a TP change (their TP cut is recorded nowhere).
+Result<std::optional<FrozenEntries>> PlanFrozen(FileBuilder& b, const ucp::UniversalCheckpoint& ckpt,
+                                                const Target& target, const format::TorchArchive& src, int tp_rank,
+                                                int dp_rank) {
+  const std::vector<std::string> names = FrozenParamNames(ckpt, src.tree());
+  if (names.empty()) return std::optional<FrozenEntries>();
+  if (target.tp_size != ckpt.tp_degree()) {
+    return Unsupported(src.path() + ": frozen parameters (" + names.front() +
+                       ", ...) cannot be re-cut from TP " + std::to_string(ckpt.tp_degree()) + " to TP " +
+                       std::to_string(target.tp_size) +
+                       ": the checkpoint records no TP layout for them; serve it at its own TP degree");
+  }
+  SourceTable scratch;  // the dtype check only: nothing is interned unless the entries are rebuilt
+  RS_ASSIGN_OR_RETURN(std::vector<FrozenParam> probe, PlanFrozenParams(ckpt, tp_rank, scratch));
+  if (FrozenCopiedAsIs(ckpt, target, probe)) return std::optional<FrozenEntries>();
+  RS_ASSIGN_OR_RETURN(std::vector<FrozenParam> params, PlanFrozenParams(ckpt, tp_rank, b.sources()));
+  RS_ASSIGN_OR_RETURN(FrozenEntries entries, BuildFrozenEntries(b, src.path(), std::move(params), target, dp_rank));
+  return std::optional<FrozenEntries>(std::move(entries));
 }
 
 }  // namespace
@@ -168,14 +212,9 @@ Result<FilePlan> PlanModelStatesFile(const ucp::UniversalCheckpoint& ckpt, const
   if (root == nullptr || t.node(t.root()).kind != format::NodeKind::kDict) {
     return Corrupt(src.path() + ": the top level is " + format::DescribeNode(t, t.root()) + ", not a dict");
   }
-  // A frozen parameter's module entry is copied from the source file as it is: right only where the
-  // layout is the source's own.
-  if (const std::vector<std::string> frozen = FrozenParams(ckpt, t); !frozen.empty() && LayoutChanged(ckpt, target)) {
-    return Unsupported(src.path() + ": frozen parameters (" + frozen.front() +
-                       ", ...) cannot be re-partitioned yet; serve this checkpoint at its own TP, DP and ZeRO stage");
-  }
   FileBuilder b(target.tag + "/" + ModelStatesFileName(target, tp_rank, dp_rank), sources);
   format::PickleTree& out = b.tree();
+  RS_ASSIGN_OR_RETURN(std::optional<FrozenEntries> frozen, PlanFrozen(b, ckpt, target, src, tp_rank, dp_rank));
   std::vector<std::pair<NodeId, NodeId>> entries;
   for (size_t i = 0; i + 1 < root->size(); i += 2) {
     const NodeId key = (*root)[i];
@@ -184,7 +223,7 @@ Result<FilePlan> PlanModelStatesFile(const ucp::UniversalCheckpoint& ckpt, const
     RS_ASSIGN_OR_RETURN(NodeId k, b.Import(src, key));
     NodeId v = format::kNoNode;
     if (name == "module") {
-      RS_ASSIGN_OR_RETURN(v, Module(b, ckpt, target, src, value, tp_rank, sources));
+      RS_ASSIGN_OR_RETURN(v, Module(b, ckpt, target, src, value, tp_rank, frozen, sources));
     } else if (name == "param_shapes") {
       v = ParamShapes(out, param_shapes);
     } else if (name == "dp_world_size") {
@@ -197,7 +236,7 @@ Result<FilePlan> PlanModelStatesFile(const ucp::UniversalCheckpoint& ckpt, const
     } else if (name == "ds_config" && !target.ds_config.is_null()) {
       v = AddJson(out, target.ds_config);
     } else if (name == "frozen_param_shapes" || name == "frozen_param_fragments") {
-      RS_ASSIGN_OR_RETURN(v, FrozenValue(b, ckpt, target, src, value, name == "frozen_param_fragments"));
+      RS_ASSIGN_OR_RETURN(v, FrozenValue(b, ckpt, target, src, value, name == "frozen_param_fragments", frozen));
     } else {
       RS_ASSIGN_OR_RETURN(v, b.Import(src, value));
     }

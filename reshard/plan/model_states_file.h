@@ -7,15 +7,23 @@
 //   module          trainable params: ZeRO-1/2 the TP-local slice of fp32.pt, rounded to the lp
 //                   dtype (what the saving run's lp weights are: lp = RNE(fp32 master)); ZeRO-3
 //                   an empty (0,) tensor of the lp dtype (the engine saves released params).
-//                   Everything else (buffers, frozen params, the _metadata) is copied from the
-//                   source file byte for byte; a tied alias stays the same tensor object.
+//                   Frozen params (plan/frozen_params.h): copied as they are at the source's own
+//                   TP, DP, ZeRO stage and dtype; else their source values, in the lp dtype
+//                   (kCopy, or RNE from a float32 source), ZeRO-3 targets the (0,) placeholder.
+//                   Everything else (buffers, the _metadata) is copied from the source file byte
+//                   for byte; a tied alias stays the same tensor object.
 //   param_shapes    one OrderedDict name -> torch.Size per flat group, in flat order
 //   dp_world_size, mp_world_size, checkpoint_parallel_dimensions.tp_degree   the target's
-//   frozen_param_shapes, frozen_param_fragments   None below ZeRO-2, else the source's (an empty
-//                   OrderedDict when the model has no frozen parameters)
+//   frozen_param_shapes, frozen_param_fragments   None below ZeRO-2. Else, name -> TP-local
+//                   torch.Size, and name -> the value: ZeRO-2 the module entry itself (one
+//                   object, as DeepSpeed's param.detach() is on the CPU), ZeRO-3 the rank's
+//                   ceil partition, zero padded (layout::PartitionZero3Param). Copied from the
+//                   source where the frozen params are copied as they are; an empty OrderedDict
+//                   when the model has none.
 //   ds_config       the target's ds_config when one was given, else the source's
 // lr_scheduler, global_steps, client state, ds_version: copied.
-// Refused: frozen parameters at a changed layout (they are not re-partitioned yet).
+// Refused: frozen parameters at another TP degree (their TP cut is recorded nowhere); a frozen
+// parameter stored in a dtype other than float32 or the target's lp dtype.
 // Public header: C++17.
 #pragma once
 

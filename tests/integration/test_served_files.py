@@ -19,6 +19,7 @@ DeepSpeed can produce a reference: ZeRO-1 -> ZeRO-2 here; ZeRO-3 targets from th
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 import shutil
 import sys
 from pathlib import Path
@@ -172,14 +173,18 @@ def test_refusals(refusal: str, reshardfs: Path, run_tool, tmp_path: Path) -> No
     assert not out.exists(), "a refused target must write nothing"
 
 
-def test_frozen_parameters_are_served_only_at_the_source_layout(reshardfs: Path, run_tool, tmp_path: Path) -> None:
+def test_frozen_parameters_keep_their_values_at_any_dp_and_zero_stage(reshardfs: Path, run_tool,
+                                                                      tmp_path: Path) -> None:
     """A frozen parameter (a module entry without optimizer state; the converter gives it a folder holding
-    fp32.pt only) is copied from the source's module as it is: served at the source's own layout, refused at
-    another, where its TP/DP cut is unknown. Made here from the tiny UCP by adding one such entry."""
+    fp32.pt only) is copied from the source's module at the source's own layout. At another DP degree or ZeRO
+    stage it is the same tensor: a ZeRO-1/2 target's module holds it in the lp dtype, a ZeRO-2 target also
+    names it in frozen_param_shapes / frozen_param_fragments (the fragment being the parameter itself, as
+    DeepSpeed's param.detach() is), a ZeRO-3 target holds the (0,) placeholder and, per rank, the ceil
+    partition padded with zeros. Made here from the tiny ZeRO-1 UCP by adding one such entry."""
     ucp = tmp_path / "ucp"
     shutil.copytree(UCP, ucp)
     tag = ucp / f"{TAG}_universal"
-    frozen = torch.arange(32, dtype=torch.float32).reshape(8, 4)
+    frozen = torch.arange(32, dtype=torch.float32).reshape(8, 4) / 3
     states = torch.load(tag / "mp_rank_00_model_states.pt", weights_only=False)
     states["module"]["frozen.weight"] = frozen
     torch.save(states, tag / "mp_rank_00_model_states.pt")
@@ -194,10 +199,44 @@ def test_frozen_parameters_are_served_only_at_the_source_layout(reshardfs: Path,
     for name, tensor in reference.items():
         assert torch.equal(tensor_bits(module[name]), tensor_bits(tensor)), name
 
-    result = run_tool(reshardfs, "materialize", ucp, tmp_path / "dp4", "--dp", "4")
-    assert result.returncode == 1 and "frozen parameters (frozen.weight, ...) cannot be re-partitioned yet" in \
-        result.stderr, result
-    assert not (tmp_path / "dp4").exists()
+    dp4 = materialize(reshardfs, run_tool, ucp, tmp_path / "dp4", "--dp", "4")
+    states = torch.load(dp4 / "mp_rank_00_model_states.pt", weights_only=False)
+    assert torch.equal(tensor_bits(states["module"]["frozen.weight"]), tensor_bits(frozen))
+    assert states["frozen_param_shapes"] is None and states["frozen_param_fragments"] is None
+
+    zero2 = materialize(reshardfs, run_tool, ucp, tmp_path / "zero2", "--dp", "4", "--zero-stage", "2",
+                        "--lp-dtype", "bf16")
+    states = torch.load(zero2 / "mp_rank_00_model_states.pt", weights_only=False)
+    lp = states["module"]["frozen.weight"]
+    assert lp.dtype == torch.bfloat16 and torch.equal(tensor_bits(lp), tensor_bits(frozen.bfloat16()))
+    assert states["frozen_param_shapes"] == OrderedDict([("frozen.weight", torch.Size([8, 4]))])
+    assert list(states["frozen_param_fragments"]) == ["frozen.weight"]
+    assert states["frozen_param_fragments"]["frozen.weight"] is lp
+
+    zero3 = materialize(reshardfs, run_tool, ucp, tmp_path / "zero3", "--dp", "3", "--zero-stage", "3")
+    padded = torch.cat([frozen.flatten(), torch.zeros(1)])  # 32 elements over 3 ranks: 11, 11, 10 + 1 pad
+    for rank in range(3):
+        states = torch.load(zero3 / f"zero_pp_rank_{rank}_mp_rank_00_model_states.pt", weights_only=False)
+        assert states["module"]["frozen.weight"].shape == (0,)
+        assert states["frozen_param_shapes"] == OrderedDict([("frozen.weight", torch.Size([8, 4]))])
+        fragment = states["frozen_param_fragments"]["frozen.weight"]
+        assert torch.equal(tensor_bits(fragment), tensor_bits(padded[rank * 11:(rank + 1) * 11])), rank
+
+    # Back from the ZeRO-3 files: a UCP whose frozen values live only in the fragments, served at ZeRO-1 DP 1.
+    zero3_ucp = tmp_path / "zero3_ucp"
+    shutil.copytree(ZERO3_UCP, zero3_ucp)
+    zero3_tag = zero3_ucp / f"{TAG}_universal"
+    pn = 16  # 32 elements over the fixture's 2 ranks
+    for rank in range(2):
+        path = zero3_tag / f"zero_pp_rank_{rank}_mp_rank_00_model_states.pt"
+        states = torch.load(path, weights_only=False)
+        states["module"]["frozen.weight"] = torch.empty(0)
+        states["frozen_param_shapes"] = OrderedDict([("frozen.weight", torch.Size([8, 4]))])
+        states["frozen_param_fragments"] = OrderedDict([("frozen.weight", frozen.flatten()[rank * pn:(rank + 1) * pn])])
+        torch.save(states, path)
+    dp1 = materialize(reshardfs, run_tool, zero3_ucp, tmp_path / "zero3_to_dp1", "--dp", "1", "--zero-stage", "1")
+    states = torch.load(dp1 / "mp_rank_00_model_states.pt", weights_only=False)
+    assert torch.equal(tensor_bits(states["module"]["frozen.weight"]), tensor_bits(frozen))
 
 
 def test_autoep_expert_tensors_are_refused(reshardfs: Path, run_tool, tmp_path: Path) -> None:
