@@ -79,7 +79,7 @@ def param_groups(model):
     ]
 
 
-VARIANTS = ("", "cpu_adam", "bf16_optimizer")
+VARIANTS = ("", "cpu_adam", "bf16_optimizer", "frozen")
 
 
 def ds_config(dp, zero_stage, bf16=False, load_universal=False, variant=""):
@@ -88,7 +88,10 @@ def ds_config(dp, zero_stage, bf16=False, load_universal=False, variant=""):
       "cpu_adam"        ZeRO-Offload of the optimizer to the CPU, which runs DeepSpeedCPUAdam (a JIT-built
                         op, about 2 min to build once), whose state['step'] is a Python int;
       "bf16_optimizer"  data_types.grad_accum_dtype fp32: with bf16 and ZeRO stage 1 DeepSpeed then runs
-                        its BF16_Optimizer instead of the ZeRO-1 optimizer (files of another layout)."""
+                        its BF16_Optimizer instead of the ZeRO-1 optimizer (files of another layout);
+      "frozen"          torch AdamW as "", with fc1 (weight and bias) frozen by init_deepspeed: parameters no
+                        optimizer owns, saved in the module (ZeRO-1/2) and, from ZeRO-2 on, under
+                        frozen_param_shapes / frozen_param_fragments (ZeRO-3: each rank's partition)."""
     assert variant in VARIANTS, variant
     cfg = {
         "train_batch_size": GLOBAL_BATCH,
@@ -175,6 +178,8 @@ def cpu_env():
 
 def init_deepspeed(model, dp, zero_stage, bf16=False, load_universal=False, variant=""):
     import deepspeed
+    if variant == "frozen":
+        model.fc1.requires_grad_(False)
     deepspeed.init_distributed(dist_backend="gloo")
     engine, optimizer, _, scheduler = deepspeed.initialize(model=model,
                                                            model_parameters=param_groups(model),

@@ -148,10 +148,11 @@ Result<FrozenEntries> BuildFrozenEntries(FileBuilder& b, const std::string& wher
   return out;
 }
 
-// Whether the source's frozen entries can be copied as they are: same TP, DP, ZeRO stage and dtype.
+// Whether the source's frozen entries can be copied as they are: same TP, DP, ZeRO stage and dtype,
+// and not ZeRO-3, whose fragments differ per DP rank while the file is planned from DP rank 0's.
 bool FrozenCopiedAsIs(const ucp::UniversalCheckpoint& ckpt, const Target& target,
                       const std::vector<FrozenParam>& params) {
-  if (LayoutChanged(ckpt, target) || target.zero_stage != ckpt.zero_stage()) return false;
+  if (LayoutChanged(ckpt, target) || target.zero_stage != ckpt.zero_stage() || target.zero_stage == 3) return false;
   return std::all_of(params.begin(), params.end(),
                      [&](const FrozenParam& p) { return p.dtype == target.lp_dtype; });
 }

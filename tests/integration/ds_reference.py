@@ -153,6 +153,8 @@ def _snapshot(engine: Any, zero_stage: int) -> dict[str, Any]:
     }
     if zero_stage == 3:
         snap["sub_groups"] = _zero3_sub_groups(opt)
+        # Frozen parameters are in no sub-group: each rank holds its partition in ds_tensor.
+        snap["frozen"] = {n: _plain(p.ds_tensor) for n, p in engine.module.named_parameters() if not p.requires_grad}
     elif type(opt).__name__ == "BF16_Optimizer":
         snap["groups"] = _bf16_optimizer_groups(opt)
         snap["module"] = {k: _plain(v) for k, v in engine.module.state_dict().items()}
