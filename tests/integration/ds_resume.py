@@ -2,8 +2,9 @@
 
 resume_from_native(checkpoint_dir, zero_stage, dp, out_dir) launches `dp` CPU processes (gloo) under
 torch.distributed.run, running this file as a worker. Each rank builds examples/make_tiny_checkpoint.py's
-TinyModel and the DeepSpeed config of the target layout (load_universal off), calls the unmodified
-`engine.load_checkpoint(checkpoint_dir)` (a reshardfs mountpoint, or any native checkpoint), and writes
+TinyModel and the DeepSpeed config of the target layout (load_universal off), fills its frozen parameters
+with NaN (poison_frozen), calls the unmodified `engine.load_checkpoint(checkpoint_dir)` (a reshardfs mountpoint,
+or any native checkpoint), and writes
 
   out_dir/rank_<r>.pt            ds_reference._snapshot of the engine right after the load
   out_dir/after_rank_<r>.pt      the same snapshot after `train_steps` more optimizer steps
@@ -148,6 +149,16 @@ def correct_zero3_load_universal(engine: Any, ucp_parent: Path) -> None:
         base.state[fp32]["step"] = base.state[fp32]["step"].clone()
 
 
+def poison_frozen(engine: Any) -> None:
+    """Fills the frozen parameters (this rank's ZeRO-3 partition) with NaN. Their initial values are the saved ones
+    (TinyModel is seeded, and frozen parameters never change), so only this makes a check of them after a native
+    load able to fail: they hold the checkpoint's values only if load_checkpoint put them there. (DeepSpeed's own
+    load_universal never loads them: engine.py skips load_module_state_dict under load_universal.)"""
+    for param in engine.module.parameters():
+        if not param.requires_grad:
+            (param.ds_tensor if hasattr(param, "ds_tensor") else param).data.fill_(float("nan"))
+
+
 def _worker(args: argparse.Namespace) -> None:
     import torch.distributed as dist
     torch.use_deterministic_algorithms(True)
@@ -167,6 +178,8 @@ def _worker(args: argparse.Namespace) -> None:
                                    round_bytes=COOPERATIVE_ROUND_BYTES)
         (out / f"restore_stats_rank_{dist.get_rank()}.json").write_text(json.dumps(client["reshardfs_stats"]))
     else:
+        if args.mode != "universal_corrected":
+            poison_frozen(engine)
         load_path, _ = engine.load_checkpoint(args.checkpoint)
         assert load_path is not None, f"load_checkpoint({args.checkpoint}) found nothing"
         if args.mode == "universal_corrected":

@@ -120,10 +120,12 @@ CASES = {
     "zero3_dp4_to_dp1": ("zero3_dp4", 3, 1, False, ""),
     "zero3_fp32_to_bf16_dp4_to_dp1": ("zero3_dp4", 3, 1, True, ""),
 }
-# Frozen parameters (fc1) where DeepSpeed's own load_universal is no reference: a ZeRO-3 DP change (reading engine.py,
-# it loads every rank's frozen_param_fragments from DP rank 0's model-states file, partitions of the source DP; not
-# run here) and a ZeRO-3 -> ZeRO-1 change (it has no cross-stage loader). Checked against the values themselves:
-# frozen parameters never change, so they are TinyModel's initial weights, before and after 3 more steps.
+# Frozen parameters (fc1) resumed where DeepSpeed's load_universal is no reference: it never loads them (engine.py
+# skips load_module_state_dict under load_universal), it has no cross-stage loader, and its ZeRO-3 reference needs
+# corrections. Checked against the values themselves: frozen parameters never change, so they are TinyModel's
+# initial weights, before and after 3 more steps; ds_resume.poison_frozen fills them with NaN before the load, so
+# they are right only if the mount served them. (The CASES entry from the ZeRO-2 source compares with
+# load_universal, whose frozen values are the seeded initial ones: the same check there.)
 FROZEN_CASES = {
     "zero3_frozen_dp2_to_dp4": ("zero3_frozen_dp2", 3, 4, False, "frozen"),
     "zero3_to_zero1_frozen_dp2_to_dp1": ("zero3_frozen_dp2", 1, 1, False, "frozen"),
