@@ -68,9 +68,12 @@ PHI3_PARTITION = {
 # --model: what the example can build, as (transformers config class, model class, config fields that differ
 # from the Llama defaults above, "tensor_parallel" fields of its ds_config). qwen2_tied is Llama's layout plus
 # q/k/v biases and an lm_head tied to the embedding (the test suite resumes it at another TP through reshardfs'
-# built-in AutoTP rules); phi3 has a fused gate_up_proj, split as PHI3_PARTITION says.
+# built-in AutoTP rules); phi3 has a fused gate_up_proj, split as PHI3_PARTITION says; llama_frozen is Llama with
+# every attention projection frozen (FROZEN_PATTERN, build_model), as a LoRA run freezes its base weights: AutoTP
+# still splits them (q/k/v by column, o by row), and no optimizer owns them.
 MODELS = {
     "llama": ("LlamaConfig", "LlamaForCausalLM", {}, {}),
+    "llama_frozen": ("LlamaConfig", "LlamaForCausalLM", {}, {}),
     "qwen2_tied": ("Qwen2Config", "Qwen2ForCausalLM", {"tie_word_embeddings": True}, {}),
     "phi3": ("Phi3Config", "Phi3ForCausalLM", {"pad_token_id": 0}, {"partition_config": PHI3_PARTITION}),
 }
@@ -92,10 +95,18 @@ def llama_config(model="llama"):
     return getattr(transformers, MODELS[model][0])(**fields)
 
 
+FROZEN_PATTERN = ".self_attn."  # the parameters llama_frozen freezes
+
+
 def build_model(model="llama"):
     import transformers
     torch.manual_seed(SEED)
-    return getattr(transformers, MODELS[model][1])(llama_config(model))
+    built = getattr(transformers, MODELS[model][1])(llama_config(model))
+    if model == "llama_frozen":
+        for name, p in built.named_parameters():
+            if FROZEN_PATTERN in name:
+                p.requires_grad_(False)
+    return built
 
 
 def param_groups(model):

@@ -10,6 +10,8 @@
 #include "reshard/format/pickle_query.h"
 #include "reshard/format/torch_tensor.h"
 #include "reshard/layout/zero_partition.h"
+#include "reshard/plan/lp_weight.h"
+#include "reshard/plan/param_slice.h"
 
 namespace reshard::plan {
 namespace {
@@ -154,12 +156,41 @@ std::vector<std::string> FrozenParamNames(const ucp::UniversalCheckpoint& ckpt, 
   return frozen;
 }
 
-Result<std::vector<FrozenParam>> PlanFrozenParams(const ucp::UniversalCheckpoint& ckpt, int tp_rank,
-                                                  SourceTable& sources) {
-  const ucp::ModelStatesFile* file = ckpt.ModelStatesForTp(tp_rank);
+Result<std::vector<FrozenParam>> PlanFrozenParams(const ucp::UniversalCheckpoint& ckpt, const Target& target,
+                                                  int tp_rank, SourceTable& sources) {
+  const bool same_tp = target.tp_size == ckpt.tp_degree();
+  const ucp::ModelStatesFile* file = ckpt.ModelStatesForTp(same_tp ? tp_rank : 0);
   if (file == nullptr) return Internal("no model-states file for source TP rank " + std::to_string(tp_rank));
   const format::PickleTree& t = file->archive.tree();
   const std::vector<std::string> names = FrozenParamNames(ckpt, t);
+  std::vector<FrozenParam> out;
+  if (names.empty()) return out;
+  if (!same_tp) {
+    // Only a ZeRO-1/2 checkpoint saved without TP holds them whole (the converter's zero/<name>/fp32.pt);
+    // the target's AutoTP layout then cuts them as it cuts the trainable weights.
+    if (ckpt.tp_degree() != 1 || ckpt.zero_stage() == 3) {
+      return Unsupported(file->archive.path() + ": frozen parameters (" + names.front() +
+                         ", ...) cannot be re-cut from TP " + std::to_string(ckpt.tp_degree()) + " to TP " +
+                         std::to_string(target.tp_size) +
+                         ": only a ZeRO-1/2 checkpoint saved without TP holds them whole; serve it at its own "
+                         "TP degree");
+    }
+    for (const std::string& name : names) {
+      const ucp::ParamEntry* p = ckpt.FindParam(name);
+      if (p == nullptr) {
+        return Unsupported(ckpt.dir() + "/zero/" + name + ": missing; a frozen parameter re-cut for TP " +
+                           std::to_string(target.tp_size) + " is read from the converter's fp32.pt");
+      }
+      RS_ASSIGN_OR_RETURN(std::optional<layout::AutoTpRestoreMeta> meta, TargetAutoTpMeta(ckpt, *p, target));
+      if (!meta) {
+        return Unsupported("frozen parameter '" + name + "': its cut at TP " + std::to_string(target.tp_size) +
+                           " is known only from the model's AutoTP layout (an AutoTP target with --model-config)");
+      }
+      RS_ASSIGN_OR_RETURN(LpWeight lp, PlanLpWeight(ckpt, *p, target, tp_rank, sources));
+      out.push_back(FrozenParam{name, std::move(lp.shape), format::DType::kFloat32, std::move(lp.extents)});
+    }
+    return out;
+  }
   std::vector<const ucp::ModelStatesFile*> dp_files;  // ZeRO-3: the TP rank's files by DP rank
   if (ckpt.zero_stage() == 3) {
     for (const ucp::ModelStatesFile& f : ckpt.model_states()) {
@@ -172,7 +203,6 @@ Result<std::vector<FrozenParam>> PlanFrozenParams(const ucp::UniversalCheckpoint
       }
     }
   }
-  std::vector<FrozenParam> out;
   for (const std::string& name : names) {
     if (dp_files.empty()) {
       RS_ASSIGN_OR_RETURN(FrozenParam p, FromModule(file->archive, format::DictLookup(t, t.root(), "module"), name,

@@ -8,10 +8,12 @@
 //   ZeRO-3 source     frozen_param_fragments[name] of every zero_pp_rank_D_mp_rank_XX file (DP rank
 //                     D's ceil partition, layout::PartitionZero3Param, zero padded), with the
 //                     TP-local shape in frozen_param_shapes[name].
-// (The converter's zero/<name>/fp32.pt for a ZeRO-1/2 frozen parameter holds TP rank 0's tensor
-// only, so it is not used.) A frozen parameter never changes in training, so at another DP degree or
-// ZeRO stage it is the same TP-local tensor; its TP cut is recorded nowhere, so nothing here
-// re-cuts it for another TP degree.
+// A frozen parameter never changes in training, so at another DP degree or ZeRO stage it is the same
+// TP-local tensor. Its TP cut is recorded nowhere: at another TP degree it is known only when the
+// checkpoint was saved without TP (ZeRO-1/2: the converter's zero/<name>/fp32.pt holds the whole
+// tensor, upcast exactly to float32; at TP > 1 that file holds TP rank 0's slice only) and the target's
+// AutoTP layout names it (plan/param_slice.h TargetAutoTpMeta): AutoTP cuts a frozen layer as it cuts
+// a trainable one.
 // Public header: C++17.
 #pragma once
 
@@ -23,6 +25,7 @@
 #include "reshard/format/dtype.h"
 #include "reshard/format/pickle_value.h"
 #include "reshard/plan/extent.h"
+#include "reshard/plan/target.h"
 #include "reshard/ucp/universal_checkpoint.h"
 
 namespace reshard::plan {
@@ -40,14 +43,17 @@ struct FrozenParam {
   ExtentList value;            // prod(shape) elements of `dtype`, row-major
 };
 
-// The frozen parameters of source TP rank `tp_rank` (FrozenParamNames of its model-states file),
-// in module order, with their values as extents over the source's model-states files; `sources`
-// receives those files' storages. Errors (kUnsupported unless said, naming the file): a ZeRO-1/2
-// module entry that is not a tensor or not contiguous; a ZeRO-3 source without a
-// frozen_param_shapes / frozen_param_fragments entry for the parameter, a fragment that is not a
-// contiguous 1-D tensor of the partition size or whose dtype differs between DP ranks (kCorrupt);
-// a missing (tp, dp) file (kCorrupt).
-Result<std::vector<FrozenParam>> PlanFrozenParams(const ucp::UniversalCheckpoint& checkpoint, int tp_rank,
-                                                  SourceTable& sources);
+// The frozen parameters (FrozenParamNames of the source's model-states file) as target TP rank
+// `tp_rank` holds them, in module order, with their values as extents over the source files;
+// `sources` receives those files. At the source's TP degree: the TP rank's module entries (ZeRO-1/2)
+// or fragments (ZeRO-3), in the source dtype. At another: the AutoTP slice of zero/<name>/fp32.pt,
+// float32. Errors (kUnsupported unless said, naming the file): a TP change from a checkpoint saved
+// with TP or at ZeRO-3, or for a parameter without a folder or an AutoTP layout (and those of
+// PlanLpWeight); a ZeRO-1/2 module entry that is not a tensor or not contiguous; a ZeRO-3 source
+// without a frozen_param_shapes / frozen_param_fragments entry for the parameter; a fragment that is
+// not a contiguous 1-D tensor of the partition size or whose dtype differs between DP ranks, a
+// missing (tp, dp) file, a tensor outside its storage (kCorrupt).
+Result<std::vector<FrozenParam>> PlanFrozenParams(const ucp::UniversalCheckpoint& checkpoint, const Target& target,
+                                                  int tp_rank, SourceTable& sources);
 
 }  // namespace reshard::plan

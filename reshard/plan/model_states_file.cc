@@ -115,8 +115,8 @@ bool IsEmptyOrNone(const format::PickleTree& t, NodeId id) {
 Result<Conversion> FrozenConversion(const std::string& where, const FrozenParam& p, const Target& target) {
   if (p.dtype == target.lp_dtype) return Conversion::kCopy;
   if (p.dtype == format::DType::kFloat32) return LpConversion(target.lp_dtype);
-  return Unsupported(where + ": frozen parameter '" + p.name + "' is stored as " + std::string(format::TorchName(p.dtype)) +
-                     "; it can be served only as that dtype, not as " +
+  return Unsupported(where + ": frozen parameter '" + p.name + "' is stored as " +
+                     std::string(format::TorchName(p.dtype)) + "; it can be served only as that dtype, not as " +
                      std::string(format::TorchName(target.lp_dtype)));
 }
 
@@ -152,7 +152,9 @@ Result<FrozenEntries> BuildFrozenEntries(FileBuilder& b, const std::string& wher
 // and not ZeRO-3, whose fragments differ per DP rank while the file is planned from DP rank 0's.
 bool FrozenCopiedAsIs(const ucp::UniversalCheckpoint& ckpt, const Target& target,
                       const std::vector<FrozenParam>& params) {
-  if (LayoutChanged(ckpt, target) || target.zero_stage != ckpt.zero_stage() || target.zero_stage == 3) return false;
+  if (LayoutChanged(ckpt, target) || target.zero_stage != ckpt.zero_stage() || target.zero_stage == 3) {
+    return false;
+  }
   return std::all_of(params.begin(), params.end(),
                      [&](const FrozenParam& p) { return p.dtype == target.lp_dtype; });
 }
@@ -181,22 +183,14 @@ Result<NodeId> FrozenValue(FileBuilder& b, const ucp::UniversalCheckpoint& ckpt,
 }
 
 // The frozen parameters re-planned for the target, or nullopt when they are copied as they are.
-// Refused: a TP change (their TP cut is recorded nowhere).
 Result<std::optional<FrozenEntries>> PlanFrozen(FileBuilder& b, const ucp::UniversalCheckpoint& ckpt,
                                                 const Target& target, const format::TorchArchive& src, int tp_rank,
                                                 int dp_rank) {
-  const std::vector<std::string> names = FrozenParamNames(ckpt, src.tree());
-  if (names.empty()) return std::optional<FrozenEntries>();
-  if (target.tp_size != ckpt.tp_degree()) {
-    return Unsupported(src.path() + ": frozen parameters (" + names.front() +
-                       ", ...) cannot be re-cut from TP " + std::to_string(ckpt.tp_degree()) + " to TP " +
-                       std::to_string(target.tp_size) +
-                       ": the checkpoint records no TP layout for them; serve it at its own TP degree");
-  }
+  if (FrozenParamNames(ckpt, src.tree()).empty()) return std::optional<FrozenEntries>();
   SourceTable scratch;  // the dtype check only: nothing is interned unless the entries are rebuilt
-  RS_ASSIGN_OR_RETURN(std::vector<FrozenParam> probe, PlanFrozenParams(ckpt, tp_rank, scratch));
+  RS_ASSIGN_OR_RETURN(std::vector<FrozenParam> probe, PlanFrozenParams(ckpt, target, tp_rank, scratch));
   if (FrozenCopiedAsIs(ckpt, target, probe)) return std::optional<FrozenEntries>();
-  RS_ASSIGN_OR_RETURN(std::vector<FrozenParam> params, PlanFrozenParams(ckpt, tp_rank, b.sources()));
+  RS_ASSIGN_OR_RETURN(std::vector<FrozenParam> params, PlanFrozenParams(ckpt, target, tp_rank, b.sources()));
   RS_ASSIGN_OR_RETURN(FrozenEntries entries, BuildFrozenEntries(b, src.path(), std::move(params), target, dp_rank));
   return std::optional<FrozenEntries>(std::move(entries));
 }

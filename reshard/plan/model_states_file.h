@@ -22,7 +22,7 @@
 //                   when the model has none.
 //   ds_config       the target's ds_config when one was given, else the source's
 // lr_scheduler, global_steps, client state, ds_version: copied.
-// Refused: frozen parameters at another TP degree (their TP cut is recorded nowhere); a frozen
+// Refused: frozen parameters at another TP degree, except as plan/frozen_params.h allows; a frozen
 // parameter stored in a dtype other than float32 or the target's lp dtype.
 // Public header: C++17.
 #pragma once

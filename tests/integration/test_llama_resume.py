@@ -11,6 +11,10 @@ Sources (real DeepSpeed 0.19.8 runs of examples/make_tiny_llama_checkpoint.py: L
               split with their projections, the tied head whole;
   phi3_tp2_zero1  Phi3ForCausalLM (fused qkv_proj and gate_up_proj), AutoTP TP 2 x DP 1 with DeepSpeed's "phi3"
               preset, ZeRO-1, made in this session: its affine_map holds one block per sub-parameter per rank.
+  llama_frozen_tp1_zero1  the Llama with every attention projection frozen (a LoRA run's base weights), TP 1 x
+              DP 1, ZeRO-1, made in this session: frozen parameters cut for TP 2 by the built-in AutoTP rules. The
+              reference keeps them at the seeded initial weights (load_universal never loads frozen parameters,
+              and llama_resume perturbs them only before a native load), which is what the source saved.
 
 Each case mounts the source's UCP with the resuming run's own ds_config (autotp_size = target TP) and the
 model's config.json (--model-config: KV heads for AutoTP's shard sizes, model_type for the built-in AutoTP
@@ -72,9 +76,10 @@ LOSS_RTOL = llama.LOSS_RTOL
 
 # source id: (TP, DP, ZeRO stage) of the run that made it; tp2_zero1 is committed.
 SOURCES = {"tp2_zero1": (2, 1, 1), "tp1_zero1": (1, 2, 1), "tp2_zero3": (2, 1, 3), "tp1_zero3": (1, 2, 3),
-           "qwen2_tied_tp1_zero1": (1, 1, 1), "phi3_tp2_zero1": (2, 1, 1)}
+           "qwen2_tied_tp1_zero1": (1, 1, 1), "phi3_tp2_zero1": (2, 1, 1), "llama_frozen_tp1_zero1": (1, 1, 1)}
 # source id -> its model (make_tiny_llama_checkpoint --model); llama when not listed.
-SOURCE_MODELS = {"qwen2_tied_tp1_zero1": "qwen2_tied", "phi3_tp2_zero1": "phi3"}
+SOURCE_MODELS = {"qwen2_tied_tp1_zero1": "qwen2_tied", "phi3_tp2_zero1": "phi3",
+                 "llama_frozen_tp1_zero1": "llama_frozen"}
 
 
 def model_of(source: str) -> str:
@@ -92,6 +97,7 @@ CASES = {
     "bf16_optimizer_tp1_dp2_to_tp2_dp1": ("tp1_zero1", 2, 1, 1, "bf16_optimizer"),
     "qwen2_tied_zero1_tp1_dp1_to_tp2_dp1": ("qwen2_tied_tp1_zero1", 2, 1, 1, "fp32"),
     "phi3_fused_zero1_tp2_dp1_to_tp2_dp2": ("phi3_tp2_zero1", 2, 2, 1, "fp32"),
+    "llama_frozen_zero1_to_zero2_fp32_to_bf16_tp1_dp1_to_tp2_dp1": ("llama_frozen_tp1_zero1", 2, 1, 2, "bf16"),
 }
 # Cases DeepSpeed's own loader cannot load, checked against slices computed here (see the module docstring).
 BARE_CASE = ("tp1_zero3", 2, 1, 3, "fp32")  # ZeRO-3 TP 1 x DP 2 -> ZeRO-3 AutoTP TP 2 x DP 1

@@ -180,7 +180,8 @@ def test_frozen_parameters_keep_their_values_at_any_dp_and_zero_stage(reshardfs:
     stage it is the same tensor: a ZeRO-1/2 target's module holds it in the lp dtype, a ZeRO-2 target also
     names it in frozen_param_shapes / frozen_param_fragments (the fragment being the parameter itself, as
     DeepSpeed's param.detach() is), a ZeRO-3 target holds the (0,) placeholder and, per rank, the ceil
-    partition padded with zeros. Made here from the tiny ZeRO-1 UCP by adding one such entry."""
+    partition padded with zeros. At another TP degree it is refused here: TinyModel has no AutoTP layout (the
+    Llama suite re-cuts frozen parameters for TP 2). Made here from the tiny ZeRO-1 UCP by adding one such entry."""
     ucp = tmp_path / "ucp"
     shutil.copytree(UCP, ucp)
     tag = ucp / f"{TAG}_universal"
@@ -221,6 +222,12 @@ def test_frozen_parameters_keep_their_values_at_any_dp_and_zero_stage(reshardfs:
         assert states["frozen_param_shapes"] == OrderedDict([("frozen.weight", torch.Size([8, 4]))])
         fragment = states["frozen_param_fragments"]["frozen.weight"]
         assert torch.equal(tensor_bits(fragment), tensor_bits(padded[rank * 11:(rank + 1) * 11])), rank
+
+    # At another TP degree only the model's AutoTP layout says how a frozen parameter is cut; TinyModel has none.
+    result = run_tool(reshardfs, "materialize", ucp, tmp_path / "tp2", "--tp", "2")
+    assert result.returncode == 1 and "frozen parameter 'frozen.weight': its cut at TP 2 is known only from the " \
+        "model's AutoTP layout" in result.stderr, result
+    assert not (tmp_path / "tp2").exists()
 
     # Back from the ZeRO-3 files: a UCP whose frozen values live only in the fragments, served at ZeRO-1 DP 1.
     zero3_ucp = tmp_path / "zero3_ucp"

@@ -14,7 +14,9 @@
 #include <fstream>
 
 #include "reshard/format/pickle_query.h"
+#include "reshard/plan/frozen_params.h"
 #include "reshard/plan/optimizer_groups.h"
+#include "reshard/plan/target.h"
 
 namespace reshard::ucp {
 namespace {
@@ -529,6 +531,61 @@ TEST_CASE("zero_stage pickled by name, and an int step", "[ucp]") {
   CHECK(step->int_value == 3);
   CHECK(step->value == 3.0);
   CHECK(int_step->FindParam("fc2.bias")->step->is_tensor);
+}
+
+TEST_CASE("A frozen parameter is planned from its module entry; another TP needs its AutoTP layout", "[ucp][frozen]") {
+  TempDir tmp;
+  const fs::path tag = CopyTiny(tmp, "ucp_edge/frozen");
+  auto ucp = UniversalCheckpoint::Open(tag.string());
+  REQUIRE(ucp.ok());
+  CHECK(plan::FrozenParamNames(*ucp, ucp->ModelStatesForTp(0)->archive.tree()) ==
+        std::vector<std::string>{"frozen.weight"});
+  plan::Target target;
+  target.zero_stage = 3;
+  target.dp_size = 4;
+  plan::SourceTable sources;
+  auto frozen = plan::PlanFrozenParams(*ucp, target, 0, sources);
+  REQUIRE(frozen.ok());
+  REQUIRE(frozen->size() == 1);
+  const plan::FrozenParam& p = frozen->front();
+  CHECK(p.name == "frozen.weight");
+  CHECK(p.shape == std::vector<int64_t>{8, 4});
+  CHECK(p.dtype == format::DType::kFloat32);
+  // One run of the module entry's 32 elements in the model-states file: arange(32) / 3.
+  REQUIRE(p.value.size() == 1);
+  CHECK(plan::NumElements(p.value) == 32);
+  const plan::Source& source = sources.sources().at(p.value[0].source);
+  CHECK(source.path == (tag / "mp_rank_00_model_states.pt").string());
+  for (uint64_t k : {0u, 1u, 31u}) {
+    const float expected = static_cast<float>(k) / 3.0f;
+    uint32_t bits = 0;
+    std::memcpy(&bits, &expected, sizeof(bits));
+    CHECK(BitsAt(source.path, source.data_offset + 4 * (p.value[0].gather.start + k)) == bits);
+  }
+
+  // TinyModel names no AutoTP layout, so nothing says how TP 2 cuts it.
+  target.tp_size = 2;
+  auto refused = plan::PlanFrozenParams(*ucp, target, 0, sources);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().code() == StatusCode::kUnsupported);
+  CHECK_THAT(refused.status().message(),
+             Catch::Contains("frozen parameter 'frozen.weight': its cut at TP 2 is known only from the model's "
+                             "AutoTP layout"));
+}
+
+TEST_CASE("A frozen parameter saved as a strided view is refused", "[ucp][frozen]") {
+  TempDir tmp;
+  auto ucp = UniversalCheckpoint::Open(CopyTiny(tmp, "ucp_bad/frozen_non_contiguous").string());
+  REQUIRE(ucp.ok());
+  plan::Target target;
+  target.dp_size = 4;
+  plan::SourceTable sources;
+  auto refused = plan::PlanFrozenParams(*ucp, target, 0, sources);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().code() == StatusCode::kUnsupported);
+  CHECK_THAT(refused.status().message(),
+             Catch::EndsWith("mp_rank_00_model_states.pt: module entry 'frozen.weight' is a non-contiguous view of "
+                             "its storage"));
 }
 
 }  // namespace
