@@ -12,18 +12,39 @@ struct SuffixRule {
   AutoTpRole role;
 };
 
-// The Hugging Face decoder families whose AutoTP layout was recorded from DeepSpeed 0.19.8 (sorted). All
-// four carry the same HF tp_plan, which AutoTP's training path follows: the attention output and MLP down
-// projections end a residual branch and are all-reduced (row-parallel, their biases added whole after the
-// reduce); the other projections, their biases and an untied lm_head are column-parallel; embeddings (and a
-// head tied to them: none of the four plans asks for a vocab-parallel embedding) and norm weights (qwen3's
-// per-head q_norm/k_norm included) stay whole. What a family does not have (a bias
-// mistral never builds) never occurs in its checkpoints. Recorded per parameter in
-// tests/unit/layout/autotp_layouts.json (llama with every optional bias, mistral, qwen2, qwen3; each untied
-// and tied) and, for llama, in the affine_map of examples/tiny_llama_tp2.
-constexpr std::array<std::string_view, 4> kDecoderFamilies = {"llama", "mistral", "qwen2", "qwen3"};
+// The Hugging Face decoder families whose AutoTP layout was recorded from DeepSpeed 0.19.8 (sorted). All of
+// them carry the same shape of HF tp_plan, which AutoTP's training path follows: the attention output and MLP
+// down projections (o_proj, down_proj; starcoder2's c_proj) end a residual branch and are all-reduced
+// (row-parallel, their biases added whole after the reduce); the other projections (q/k/v, gate/up; starcoder2's
+// c_fc), their biases and an untied lm_head are column-parallel; embeddings (and a head tied to them: no plan
+// asks for a vocab-parallel embedding) and every norm's weight and bias (qwen3's and gemma3's per-head
+// q_norm/k_norm included) stay whole. What a family does not have (a bias mistral never builds, starcoder2's
+// c_fc elsewhere) never occurs in its checkpoints. Recorded per parameter in tests/unit/layout/autotp_layouts.json
+// (tests/integration/autotp_layouts.py: every family untied and tied, llama with every optional bias) and, for
+// llama, in the affine_map of examples/tiny_llama_tp2.
+// With each, its config class's defaults (transformers 4.57): tie_word_embeddings, num_attention_heads,
+// num_key_value_heads (0: the class takes num_attention_heads).
+struct Family {
+  std::string_view model_type;
+  bool tie_word_embeddings;
+  int64_t num_attention_heads;
+  int64_t num_key_value_heads;
+};
+constexpr std::array<Family, 11> kDecoderFamilies = {{
+    {"cohere", true, 64, 0},
+    {"gemma", true, 16, 16},
+    {"gemma2", true, 8, 4},
+    {"gemma3_text", true, 8, 4},
+    {"granite", false, 32, 0},
+    {"llama", false, 32, 0},
+    {"mistral", false, 32, 8},
+    {"olmo", false, 32, 0},
+    {"qwen2", false, 32, 32},
+    {"qwen3", false, 32, 32},
+    {"starcoder2", true, 24, 2},
+}};
 
-constexpr std::array<SuffixRule, 20> kDecoderRules = {{
+constexpr std::array<SuffixRule, 29> kDecoderRules = {{
     {".self_attn.q_proj.weight", AutoTpRole::kColumn},
     {".self_attn.q_proj.bias", AutoTpRole::kColumn},
     {".self_attn.k_proj.weight", AutoTpRole::kColumn},
@@ -38,12 +59,21 @@ constexpr std::array<SuffixRule, 20> kDecoderRules = {{
     {".mlp.up_proj.bias", AutoTpRole::kColumn},
     {".mlp.down_proj.weight", AutoTpRole::kRow},
     {".mlp.down_proj.bias", AutoTpRole::kReplicated},
+    {".mlp.c_fc.weight", AutoTpRole::kColumn},
+    {".mlp.c_fc.bias", AutoTpRole::kColumn},
+    {".mlp.c_proj.weight", AutoTpRole::kRow},
+    {".mlp.c_proj.bias", AutoTpRole::kReplicated},
     {"embed_tokens.weight", AutoTpRole::kReplicated},
     {"input_layernorm.weight", AutoTpRole::kReplicated},
+    {"input_layernorm.bias", AutoTpRole::kReplicated},
     {"post_attention_layernorm.weight", AutoTpRole::kReplicated},
+    {"post_attention_layernorm.bias", AutoTpRole::kReplicated},
+    {"pre_feedforward_layernorm.weight", AutoTpRole::kReplicated},
+    {"post_feedforward_layernorm.weight", AutoTpRole::kReplicated},
     {".self_attn.q_norm.weight", AutoTpRole::kReplicated},
     {".self_attn.k_norm.weight", AutoTpRole::kReplicated},
     {"norm.weight", AutoTpRole::kReplicated},
+    {"norm.bias", AutoTpRole::kReplicated},
 }};
 
 bool EndsWith(std::string_view s, std::string_view suffix) {
@@ -65,7 +95,21 @@ int SplitDim(AutoTpRole role) {
 }
 
 std::vector<std::string> BuiltinAutoTpModelTypes() {
-  return std::vector<std::string>(kDecoderFamilies.begin(), kDecoderFamilies.end());
+  std::vector<std::string> out;
+  for (const Family& f : kDecoderFamilies) out.emplace_back(f.model_type);
+  return out;
+}
+
+std::optional<ModelConfigDefaults> BuiltinModelConfigDefaults(std::string_view model_type) {
+  for (const Family& f : kDecoderFamilies) {
+    if (f.model_type != model_type) continue;
+    ModelConfigDefaults d;
+    d.tie_word_embeddings = f.tie_word_embeddings;
+    d.num_attention_heads = f.num_attention_heads;
+    if (f.num_key_value_heads > 0) d.num_key_value_heads = f.num_key_value_heads;
+    return d;
+  }
+  return std::nullopt;
 }
 
 Result<AutoTpRole> BuiltinAutoTpRule(std::string_view model_type, std::string_view param_name,

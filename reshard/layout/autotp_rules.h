@@ -9,15 +9,24 @@
 // `model_type`.
 //
 // Only families whose rules were checked against the installed DeepSpeed are listed (see
-// BuiltinAutoTpRule): llama, mistral, qwen2 and qwen3, against the affine_map DeepSpeed 0.19.8's
-// AutoTP records for every parameter of a tiny model of each (tests/unit/layout/autotp_layouts.json,
-// re-recorded from the pinned package by tests/integration/test_autotp_layouts.py), the split dims
-// and KV-aware shard sizes both; llama and qwen2 (tied) also end to end: a TP 1 checkpoint resumed
-// from the mount at TP 2 equals DeepSpeed's own load_universal (tests/integration/test_llama_resume.py).
+// BuiltinAutoTpRule): cohere, gemma, gemma2, gemma3_text, granite, llama, mistral, olmo, qwen2,
+// qwen3 and starcoder2, against the affine_map DeepSpeed 0.19.8's AutoTP records for every parameter
+// of a tiny model of each, untied and tied (tests/unit/layout/autotp_layouts.json, re-recorded from
+// the pinned package by tests/integration/test_autotp_layouts.py), the split dims and KV-aware shard
+// sizes both; llama and qwen2 (tied) also end to end: a TP 1 checkpoint resumed from the mount at
+// TP 2 equals DeepSpeed's own load_universal (tests/integration/test_llama_resume.py).
 // Everything else is refused rather than guessed.
+//
+// A config.json written by transformers' save_pretrained holds only the fields that differ from its
+// config class's defaults, and those defaults differ by family (gemma ties its embeddings by default,
+// llama does not; mistral has 8 KV heads by default, llama as many as query heads):
+// BuiltinModelConfigDefaults gives them for the listed families (transformers 4.57, recorded in the
+// same table).
 // Pure functions. Public header: C++17.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,6 +47,17 @@ int SplitDim(AutoTpRole role);
 
 // The model types BuiltinAutoTpRule knows, sorted.
 std::vector<std::string> BuiltinAutoTpModelTypes();
+
+// The defaults of a family's Hugging Face config class for the fields reshardfs reads.
+struct ModelConfigDefaults {
+  bool tie_word_embeddings = false;
+  int64_t num_attention_heads = 0;
+  // nullopt: the class takes num_attention_heads (LlamaConfig(num_key_value_heads=None)).
+  std::optional<int64_t> num_key_value_heads;
+};
+
+// The config-class defaults of `model_type`, or nullopt when it is not a listed family.
+std::optional<ModelConfigDefaults> BuiltinModelConfigDefaults(std::string_view model_type);
 
 // The role of parameter `param_name` (as named in the checkpoint, e.g.
 // "model.layers.0.self_attn.q_proj.weight") in an AutoTP run of model family `model_type`.

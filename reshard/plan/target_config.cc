@@ -4,6 +4,7 @@
 #include <string_view>
 
 #include "reshard/format/pickle_query.h"
+#include "reshard/layout/autotp_rules.h"
 
 namespace reshard::plan {
 namespace {
@@ -147,16 +148,19 @@ std::optional<format::DType> ParseLpDtype(const std::string& name) {
 Result<ModelConfig> ParseModelConfig(const nlohmann::ordered_json& config) {
   const ConfigView view(&config, "the model config");
   ModelConfig out;
-  RS_ASSIGN_OR_RETURN(std::optional<int64_t> kv, view.Int({"num_key_value_heads"}));
-  if (!kv) {
-    RS_ASSIGN_OR_RETURN(kv, view.Int({"num_attention_heads"}));
-  }
-  if (kv && *kv < 1) return InvalidArgument("the model config: num_key_value_heads must be at least 1");
-  out.num_kv_heads = kv;
   RS_ASSIGN_OR_RETURN(std::optional<std::string> type, view.Str({"model_type"}));
   out.model_type = type.value_or("");
+  // save_pretrained leaves out what equals the config class's defaults: a listed family's fill the gaps.
+  const std::optional<layout::ModelConfigDefaults> defaults = layout::BuiltinModelConfigDefaults(out.model_type);
+  RS_ASSIGN_OR_RETURN(std::optional<int64_t> heads, view.Int({"num_attention_heads"}));
+  if (!heads && defaults) heads = defaults->num_attention_heads;
+  RS_ASSIGN_OR_RETURN(std::optional<int64_t> kv, view.Int({"num_key_value_heads"}));
+  if (!kv && defaults) kv = defaults->num_key_value_heads;
+  if (!kv) kv = heads;
+  if (kv && *kv < 1) return InvalidArgument("the model config: num_key_value_heads must be at least 1");
+  out.num_kv_heads = kv;
   RS_ASSIGN_OR_RETURN(std::optional<bool> tied, view.Bool({"tie_word_embeddings"}));
-  out.tie_word_embeddings = tied.value_or(false);
+  out.tie_word_embeddings = tied.value_or(defaults && defaults->tie_word_embeddings);
   return out;
 }
 

@@ -40,11 +40,13 @@ struct TargetOverrides {
   std::string tag;
 };
 
-// The model facts AutoTP's shard sizes need, from a Hugging Face config.json.
+// The model facts AutoTP's shard sizes need, from a Hugging Face config.json. A field it leaves out
+// (save_pretrained writes only what differs from the config class's defaults) takes the family's
+// default (layout::BuiltinModelConfigDefaults) when model_type is a listed family.
 struct ModelConfig {
-  std::optional<int64_t> num_kv_heads;  // num_key_value_heads, else num_attention_heads
+  std::optional<int64_t> num_kv_heads;  // num_key_value_heads, else the default, else num_attention_heads
   std::string model_type;               // e.g. "llama"; empty when absent
-  bool tie_word_embeddings = false;     // absent: false, as for every family with built-in AutoTP rules
+  bool tie_word_embeddings = false;     // absent: the family's default, false for an unlisted one
 };
 
 // Errors (kInvalidArgument naming the key): a head count that is not a positive integer, a

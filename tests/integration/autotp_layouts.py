@@ -8,7 +8,8 @@ config), and writes
 
   out_dir/<family>_rank_<r>.pt   the rank's module state_dict: every AutoTP-local tensor, a tied lm_head included
   out_dir/<family>_full.pt       (rank 0) the module state_dict as built, before AutoTP
-  out_dir/layouts.json           (rank 0) layouts_document(): per family, the model config and, per parameter,
+  out_dir/layouts.json           (rank 0) layouts_document(): per family, the model config as save_pretrained
+                                 writes it (to_diff_dict), its config class's defaults and, per parameter,
                                  the split AutoTP recorded in its affine_map (each named parameter: not a tied
                                  alias such as a tied lm_head.weight; the model's
                                  universal_checkpoint_info, which an AutoTP run saves into its checkpoint)
@@ -43,13 +44,23 @@ DIMS = dict(vocab_size=128, hidden_size=96, intermediate_size=128, num_hidden_la
             num_key_value_heads=3, max_position_embeddings=32, use_cache=False)
 # family id: (transformers config class, extra config fields). "llama" turns on every optional bias
 # (attention_bias: q/k/v/o, mlp_bias: gate/up/down) so the bias rules are recorded too; qwen2 has q/k/v biases
-# of its own; qwen3 adds per-head q_norm/k_norm weights. Each family also as "<id>_tied", with
-# tie_word_embeddings (lm_head shares the embedding's weight).
+# of its own; qwen3 adds per-head q_norm/k_norm weights; gemma2 and gemma3_text add pre/post feed-forward norms
+# (gemma3_text also q_norm/k_norm); cohere has no post-attention norm (parallel attention and MLP); olmo's norms
+# hold no weights; starcoder2 names its MLP c_fc/c_proj and has biases everywhere, norms included. Each family
+# also as "<id>_tied", with tie_word_embeddings (lm_head shares the embedding's weight). Not here: olmo2, whose
+# HF tp_plan DeepSpeed 0.19.8's AutoTP rejects as a whole ("unsupported partition style(s): ['rowwise_rep']").
 _UNTIED: dict[str, tuple[str, dict[str, Any]]] = {
     "llama": ("LlamaConfig", {"attention_bias": True, "mlp_bias": True}),
     "mistral": ("MistralConfig", {"sliding_window": None}),
     "qwen2": ("Qwen2Config", {}),
     "qwen3": ("Qwen3Config", {"head_dim": 16}),
+    "gemma": ("GemmaConfig", {"head_dim": 16}),
+    "gemma2": ("Gemma2Config", {"head_dim": 16}),
+    "gemma3_text": ("Gemma3TextConfig", {"head_dim": 16}),
+    "granite": ("GraniteConfig", {}),
+    "cohere": ("CohereConfig", {}),
+    "olmo": ("OlmoConfig", {}),
+    "starcoder2": ("Starcoder2Config", {}),
 }
 FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
     **{f: (cls, {**extra, "tie_word_embeddings": False}) for f, (cls, extra) in _UNTIED.items()},
@@ -117,7 +128,20 @@ def _family_layout(family: str, out: Path, tp: int, rank: int) -> dict[str, Any]
         assert pattern is not None, f"{family}: no affine_map entry for {name}"
         params[name] = split_of(maps[pattern])
     return {"model_type": model_config(family).model_type, "config": model_config(family).to_diff_dict(),
-            "params": params}
+            "config_defaults": config_defaults(family), "params": params}
+
+
+def config_defaults(family: str) -> dict[str, Any]:
+    """The family's config-class defaults of the fields reshardfs reads from a config.json, which
+    save_pretrained (to_diff_dict, as "config" above) leaves out when they are equal: num_key_value_heads None
+    means the class takes num_attention_heads."""
+    import inspect
+    import transformers
+    cls = getattr(transformers, FAMILIES[family][0])
+    signature = inspect.signature(cls.__init__).parameters
+    return {"tie_word_embeddings": cls().tie_word_embeddings,
+            "num_attention_heads": signature["num_attention_heads"].default,
+            "num_key_value_heads": signature["num_key_value_heads"].default}
 
 
 def _worker(args: argparse.Namespace) -> None:

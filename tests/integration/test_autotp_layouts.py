@@ -1,7 +1,7 @@
 """The AutoTP layouts the built-in rules are checked against (tests/unit/layout/autotp_layouts.json) are what the
 pinned DeepSpeed does.
 
-One launch of autotp_layouts.record (2 CPU ranks, AutoTP TP 2, the tiny llama / mistral / qwen2 / qwen3 models,
+One launch of autotp_layouts.record (2 CPU ranks, AutoTP TP 2, the tiny model of every family in FAMILIES,
 each with an untied and a tied output head):
 
 - test_committed_layouts_match_installed_deepspeed: the document recorded now equals the committed one, so the
