@@ -1,6 +1,7 @@
 #include "reshard/plan/frozen_params.h"
 
 #include <algorithm>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -127,31 +128,46 @@ Result<FrozenParam> FromFragments(const std::vector<const ucp::ModelStatesFile*>
 
 }  // namespace
 
-std::vector<std::string> FrozenParamNames(const ucp::UniversalCheckpoint& ckpt, const format::PickleTree& t) {
-  const NodeId module = format::DictLookup(t, t.root(), "module");
-  const std::vector<NodeId>* items = format::DictItems(t, module);
-  std::vector<std::string> buffers =
-      format::AsStrSequence(t, format::DictLookup(t, t.root(), "buffer_names")).value_or(std::vector<std::string>{});
-  std::vector<NodeId> trainable;
-  std::vector<TensorView> trainable_views;
-  std::vector<std::string> frozen;
-  if (items == nullptr) return frozen;
+std::map<std::string, std::string> ModuleAliases(const ucp::UniversalCheckpoint& ckpt, const format::PickleTree& t) {
+  const std::vector<NodeId>* items = format::DictItems(t, format::DictLookup(t, t.root(), "module"));
+  std::map<std::string, std::string> aliases;
+  if (items == nullptr) return aliases;
+  std::vector<std::pair<NodeId, std::string>> trainable;
+  std::vector<std::pair<TensorView, std::string>> trainable_views;
   for (size_t i = 0; i + 1 < items->size(); i += 2) {
     const std::string name(format::AsStr(t, (*items)[i]).value_or(""));
     const NodeId value = (*items)[i + 1];
     const ucp::ParamEntry* p = ckpt.FindParam(name);
     const std::optional<TensorView> view = ViewOf(t, value);
     if (p != nullptr && p->listed) {
-      trainable.push_back(value);
-      if (view) trainable_views.push_back(*view);
+      trainable.emplace_back(value, name);
+      if (view) trainable_views.emplace_back(*view, name);
       continue;
     }
-    const bool same_node = std::find(trainable.begin(), trainable.end(), value) != trainable.end();
-    const bool same_view =
-        view && std::find(trainable_views.begin(), trainable_views.end(), *view) != trainable_views.end();
-    if (!same_node && !same_view && std::find(buffers.begin(), buffers.end(), name) == buffers.end()) {
-      frozen.push_back(name);
+    const auto node = std::find_if(trainable.begin(), trainable.end(), [&](const auto& e) { return e.first == value; });
+    if (node != trainable.end()) {
+      aliases.emplace(name, node->second);
+      continue;
     }
+    const auto same_view = std::find_if(trainable_views.begin(), trainable_views.end(),
+                                        [&](const auto& e) { return view && e.first == *view; });
+    if (same_view != trainable_views.end()) aliases.emplace(name, same_view->second);
+  }
+  return aliases;
+}
+
+std::vector<std::string> FrozenParamNames(const ucp::UniversalCheckpoint& ckpt, const format::PickleTree& t) {
+  const std::vector<NodeId>* items = format::DictItems(t, format::DictLookup(t, t.root(), "module"));
+  const std::vector<std::string> buffers =
+      format::AsStrSequence(t, format::DictLookup(t, t.root(), "buffer_names")).value_or(std::vector<std::string>{});
+  const std::map<std::string, std::string> aliases = ModuleAliases(ckpt, t);
+  std::vector<std::string> frozen;
+  if (items == nullptr) return frozen;
+  for (size_t i = 0; i + 1 < items->size(); i += 2) {
+    const std::string name(format::AsStr(t, (*items)[i]).value_or(""));
+    const ucp::ParamEntry* p = ckpt.FindParam(name);
+    if ((p != nullptr && p->listed) || aliases.count(name) > 0) continue;
+    if (std::find(buffers.begin(), buffers.end(), name) == buffers.end()) frozen.push_back(name);
   }
   return frozen;
 }

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -30,10 +31,15 @@
 
 namespace reshard::plan {
 
+// The `module` entries of model-states tree `t` that alias a listed (trainable) parameter, name ->
+// that parameter's name: the same pickled tensor object, or the same view of the same storage
+// (torch.save writes a tied lm_head.weight as its own tensor over the embedding's storage). Only
+// entries after the parameter they alias are found.
+std::map<std::string, std::string> ModuleAliases(const ucp::UniversalCheckpoint& checkpoint,
+                                                 const format::PickleTree& t);
+
 // The names of the frozen parameters among the `module` entries of model-states tree `t`, in module
-// order: entries that are neither a listed (trainable) parameter, nor a buffer (`buffer_names`),
-// nor an alias of a listed parameter (the same pickled tensor object, or the same view of the same
-// storage: torch.save writes a tied lm_head.weight as its own tensor over the embedding's storage).
+// order: entries that are neither a listed parameter, nor a buffer (`buffer_names`), nor an alias.
 std::vector<std::string> FrozenParamNames(const ucp::UniversalCheckpoint& checkpoint, const format::PickleTree& t);
 
 struct FrozenParam {

@@ -1,6 +1,8 @@
 #include "reshard/plan/model_states_file.h"
 
 #include <algorithm>
+#include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -64,17 +66,25 @@ Result<NodeId> Module(FileBuilder& b, const ucp::UniversalCheckpoint& ckpt, cons
   if (items == nullptr) {
     return Corrupt(src.path() + ": 'module' is " + format::DescribeNode(t, module) + ", not a state dict");
   }
+  // A tied alias (lm_head.weight over the embedding's storage) is the planned parameter's tensor, as
+  // DeepSpeed's own save shares one storage between the two.
+  const std::map<std::string, std::string> aliases = ModuleAliases(ckpt, t);
+  std::map<std::string, NodeId, std::less<>> planned;  // listed parameter -> its new tensor
   std::vector<std::pair<NodeId, NodeId>> entries;
   for (size_t i = 0; i + 1 < items->size(); i += 2) {
     const NodeId key = (*items)[i];
     const NodeId value = (*items)[i + 1];
     const std::optional<std::string_view> name = format::AsStr(t, key);
     const ucp::ParamEntry* p = name ? ckpt.FindParam(*name) : nullptr;
+    const auto alias = name ? aliases.find(std::string(*name)) : aliases.end();
     RS_ASSIGN_OR_RETURN(NodeId k, b.Import(src, key));
     if (p != nullptr && p->listed) {
       RS_ASSIGN_OR_RETURN(NodeId v, LpTensor(b, ckpt, target, *p, tp_rank, sources));
-      b.Substitute(src, value, v);  // a tied alias later in the dict is the same tensor
+      b.Substitute(src, value, v);  // any other reference to this object in the file is the new tensor
+      planned.emplace(p->name, v);
       entries.emplace_back(k, v);
+    } else if (alias != aliases.end() && planned.count(alias->second) > 0) {
+      entries.emplace_back(k, planned.at(alias->second));
     } else if (const NodeId f = frozen && name ? FrozenModuleValue(*frozen, *name) : format::kNoNode;
                f != format::kNoNode) {
       entries.emplace_back(k, f);

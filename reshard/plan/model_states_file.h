@@ -11,7 +11,8 @@
 //                   TP, DP, ZeRO stage and dtype; else their source values, in the lp dtype
 //                   (kCopy, or RNE from a float32 source), ZeRO-3 targets the (0,) placeholder.
 //                   Everything else (buffers, the _metadata) is copied from the source file byte
-//                   for byte; a tied alias stays the same tensor object.
+//                   for byte. A tied alias (plan/frozen_params.h ModuleAliases) is its parameter's
+//                   new tensor, one storage for both as in DeepSpeed's own save.
 //   param_shapes    one OrderedDict name -> torch.Size per flat group, in flat order
 //   dp_world_size, mp_world_size, checkpoint_parallel_dimensions.tp_degree   the target's
 //   frozen_param_shapes, frozen_param_fragments   None below ZeRO-2. Else, name -> TP-local

@@ -28,6 +28,8 @@ weights and fp32 gradient accumulation at ZeRO-1, which DeepSpeed runs with its 
   reference is load_universal with its two known defects undone (ds_resume.correct_zero3_load_universal).
 - test_tp_training_matches_load_universal[<case>]: 3 more training steps from both give identical per-rank
   and all-reduced losses, and identical state after them.
+- test_tied_head_is_served_as_the_embedding: the tied Qwen2 served at TP 2 with bf16 weights: lm_head.weight
+  shares the embedding's (bf16) storage in every file, as DeepSpeed's own save has it.
 - test_zero3_autotp_partitions_equal_independent_slices[<case>]: cases DeepSpeed 0.19.8 cannot load itself:
   the one this suite exists for, a ZeRO-3 checkpoint saved without TP loaded into a ZeRO-3 AutoTP TP 2 run;
   and a ZeRO-1 AutoTP checkpoint into ZeRO-3 at TP 2 x DP 2 (cross-stage: DeepSpeed looks for ZeRO-3 files).
@@ -208,6 +210,22 @@ def test_tp_resume_matches_load_universal(layout: str, mount_resume, load_univer
         assert served["global_steps"] == SOURCE_STEPS, served["global_steps"]
         assert_same_snapshot(served, load(reference_dir / f"rank_{rank}.pt"),
                              f"rank {rank} (TP {served['tp_rank']}, DP {served['dp_rank']}): mount vs load_universal")
+
+
+def test_tied_head_is_served_as_the_embedding(reshardfs: Path, run_tool, llama_source, tmp_path: Path) -> None:
+    """A tied lm_head.weight is its own tensor over the embedding's storage in the source files; served at another
+    TP and dtype it must be the embedding's new tensor (bf16 here), not the source's fp32 bytes."""
+    src = llama_source("qwen2_tied_tp1_zero1")
+    config = ds_config_file(tmp_path / "ds_config.json", 2, 1, 1, "bf16", "qwen2_tied")
+    result = run_tool(reshardfs, "materialize", src / "universal", tmp_path / "served", "--ds-config", config,
+                      "--dp", "1", "--model-config", src / "config.json")
+    assert result.returncode == 0, result
+    tag = (tmp_path / "served" / "latest").read_text()
+    for tp_rank in range(2):
+        module = load(tmp_path / "served" / tag / f"mp_rank_{tp_rank:02d}_model_states.pt")["module"]
+        head, embedding = module["lm_head.weight"], module["model.embed_tokens.weight"]
+        assert head.dtype == torch.bfloat16 and head.untyped_storage().data_ptr() == \
+            embedding.untyped_storage().data_ptr(), (tp_rank, head.dtype, embedding.dtype)
 
 
 @pytest.mark.parametrize("layout", list(CASES))
