@@ -102,12 +102,10 @@ CASES = {
     "zero1_dp4_to_dp2": ("zero1_dp4", 1, 2, False, ""),
     "zero1_dp4_to_dp1": ("zero1_dp4", 1, 1, False, ""),
     "zero1_fp32_to_bf16_dp4_to_dp2": ("zero1_dp4", 1, 2, True, ""),
-    "zero1_fp32_to_bf16_dp4_to_dp1": ("zero1_dp4", 1, 1, True, ""),
     "zero1_to_zero2_fp32_to_bf16_dp2_to_dp4": ("zero1_dp2", 2, 4, True, ""),
     "zero2_dp4_to_dp2": ("zero2_dp4", 2, 2, False, ""),
     "zero2_fp32_to_bf16_dp4_to_dp2": ("zero2_dp4", 2, 2, True, ""),
     "zero2_dp4_to_dp1": ("zero2_dp4", 2, 1, False, ""),
-    "zero2_fp32_to_bf16_dp4_to_dp1": ("zero2_dp4", 2, 1, True, ""),
     "zero2_frozen_fp32_to_bf16_dp2_to_dp4": ("zero2_frozen_dp2", 2, 4, True, "frozen"),
     "zero1_int_step_cpu_adam_dp2_to_dp4": ("zero1_cpu_adam_dp2", 1, 4, False, "cpu_adam"),
     "bf16_optimizer_dp2_to_dp4": ("bf16_optimizer_dp2", 1, 4, True, "bf16_optimizer"),
@@ -118,7 +116,6 @@ CASES = {
     "zero3_dp4_to_dp2": ("zero3_dp4", 3, 2, False, ""),
     "zero3_fp32_to_bf16_dp4_to_dp2": ("zero3_dp4", 3, 2, True, ""),
     "zero3_dp4_to_dp1": ("zero3_dp4", 3, 1, False, ""),
-    "zero3_fp32_to_bf16_dp4_to_dp1": ("zero3_dp4", 3, 1, True, ""),
 }
 # Frozen parameters (fc1) resumed where DeepSpeed's load_universal is no reference: it never loads them (engine.py
 # skips load_module_state_dict under load_universal), it has no cross-stage loader, and its ZeRO-3 reference needs
@@ -132,8 +129,8 @@ FROZEN_CASES = {
 }
 ZERO12_CASES = [c for c, case in CASES.items() if case[1] != 3]
 ZERO3_CASES = [c for c, case in CASES.items() if case[1] == 3]
-# The defect records need DeepSpeed's uncorrected run as well: one launch more per case, so not for every case.
-ZERO3_DEFECT_CASES = ["zero3_dp2_to_dp1", "zero3_dp2_to_dp4", "zero3_dp4_to_dp2"]
+# The defect records need DeepSpeed's uncorrected run as well: one launch more per case, so one case (CI time).
+ZERO3_DEFECT_CASES = ["zero3_dp2_to_dp4"]
 # id: (ZeRO stage, DP, bf16, variant) of the original run and the target
 ROUND_TRIP = {"zero3_dp2_same_layout": (3, 2, False, ""),
               "bf16_optimizer_dp2_same_layout": (1, 2, True, "bf16_optimizer")}

@@ -139,7 +139,8 @@ REFUSALS = {
         "(pass --model-config config.json)"),
     "autotp_unknown_model_type": (
         ["--tp", "2", "--model-config", "{gpt2_model}"],
-        "no built-in AutoTP rules for model_type 'gpt2' (reshardfs knows: llama, mistral, qwen2, qwen3)"),
+        "no built-in AutoTP rules for model_type 'gpt2' (reshardfs knows: cohere, gemma, gemma2, gemma3_text, "
+        "granite, llama, mistral, olmo, qwen2, qwen3, starcoder2)"),
     "autotp_rule_missing": (["--tp", "2", "--model-config", "{llama_model}"],
                             "no built-in AutoTP rule of model_type 'llama' matches it"),
     "batch_not_divisible": (["--ds-config", "{bad_batch}"], "train_batch_size 10 is not a multiple of"),
