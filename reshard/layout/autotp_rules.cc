@@ -114,10 +114,10 @@ std::optional<ModelConfigDefaults> BuiltinModelConfigDefaults(std::string_view m
 
 Result<AutoTpRole> BuiltinAutoTpRule(std::string_view model_type, std::string_view param_name,
                                      bool tied_word_embeddings) {
-  const std::vector<std::string> known = BuiltinAutoTpModelTypes();
-  if (std::find(known.begin(), known.end(), model_type) == known.end()) {
+  if (std::none_of(kDecoderFamilies.begin(), kDecoderFamilies.end(),
+                   [&](const Family& f) { return f.model_type == model_type; })) {
     std::string names;
-    for (const std::string& k : known) names += (names.empty() ? "" : ", ") + k;
+    for (const std::string& k : BuiltinAutoTpModelTypes()) names += (names.empty() ? "" : ", ") + k;
     return Unsupported("no built-in AutoTP rules for model_type '" + std::string(model_type) + "' (reshardfs knows: " +
                        names + "); its TP > 1 layout cannot be derived from a checkpoint saved without TP");
   }

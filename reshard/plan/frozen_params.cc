@@ -13,6 +13,7 @@
 #include "reshard/layout/zero_partition.h"
 #include "reshard/plan/lp_weight.h"
 #include "reshard/plan/param_slice.h"
+#include "reshard/ucp/param_state.h"
 
 namespace reshard::plan {
 namespace {
@@ -38,8 +39,7 @@ std::optional<TensorView> ViewOf(const format::PickleTree& t, NodeId value) {
   return TensorView{r.storage.key, r.storage_offset, r.shape, r.stride};
 }
 
-// The tensor `value` of `archive` as one source run of its elements: it must be contiguous and lie
-// inside its storage record.
+// The tensor `value` of `archive` as one source run of its elements (ucp::LocateTensor).
 Result<ExtentList> ContiguousTensor(const format::TorchArchive& archive, NodeId value, const std::string& what,
                                     SourceTable& sources, format::TensorRef* out) {
   RS_ASSIGN_OR_RETURN(std::optional<format::TensorRef> tensor, format::MatchTensor(archive.tree(), value));
@@ -47,24 +47,18 @@ Result<ExtentList> ContiguousTensor(const format::TorchArchive& archive, NodeId 
     return Unsupported(archive.path() + ": " + what + " is " + format::DescribeNode(archive.tree(), value) +
                        ", not a tensor");
   }
-  const format::TensorRef& r = *tensor;
-  if (!r.is_contiguous() || r.storage_offset < 0) {
+  if (!tensor->is_contiguous()) {
     return Unsupported(archive.path() + ": " + what + " is a non-contiguous view of its storage");
   }
-  const uint64_t itemsize = format::ItemSize(r.dtype);
-  const std::optional<uint64_t> start = CheckedMul(static_cast<uint64_t>(r.storage_offset), itemsize);
-  const std::optional<uint64_t> end = start ? CheckedAdd(*start, r.span_bytes()) : std::nullopt;
-  const auto storage = archive.storages().find(r.storage.key);
-  if (!end || storage == archive.storages().end() || *end > storage->second.ref.nbytes) {
-    return Corrupt(archive.path() + ": " + what + " lies outside its storage record");
-  }
+  auto located = ucp::LocateTensor(archive, *tensor);
+  if (!located.ok()) return std::move(located.status()).Annotate(archive.path() + ": " + what);
   ExtentList extents;
-  if (r.numel() > 0) {
+  if (located->numel() > 0) {
     const uint32_t source =
-        sources.Intern(Source{archive.path(), storage->second.data_offset + *start, r.dtype, r.numel()});
-    AppendExtents(extents, source, {view::Gather::Source(0, r.numel())});
+        sources.Intern(Source{located->path, located->data_offset, located->dtype, located->numel()});
+    AppendExtents(extents, source, {view::Gather::Source(0, located->numel())});
   }
-  *out = r;
+  *out = *tensor;
   return extents;
 }
 

@@ -38,16 +38,14 @@ bool LayoutChanged(const ucp::UniversalCheckpoint& ckpt, const Target& target) {
 // the parameter itself).
 struct FrozenEntries {
   std::vector<FrozenParam> params;
-  std::vector<NodeId> module_values;  // per param: its module entry
-  std::vector<NodeId> fragments;      // per param: its frozen_param_fragments entry (ZeRO-2/3 targets)
+  std::map<std::string, NodeId, std::less<>> module_values;  // name -> its module entry
+  std::vector<NodeId> fragments;  // per param: its frozen_param_fragments entry (ZeRO-2/3 targets)
 };
 
 // The module entry built for frozen parameter `name`, or kNoNode when `name` is not one.
 NodeId FrozenModuleValue(const FrozenEntries& frozen, std::string_view name) {
-  for (size_t i = 0; i < frozen.params.size(); ++i) {
-    if (frozen.params[i].name == name) return frozen.module_values[i];
-  }
-  return format::kNoNode;
+  const auto it = frozen.module_values.find(name);
+  return it == frozen.module_values.end() ? format::kNoNode : it->second;
 }
 
 // A module entry for a trainable parameter.
@@ -137,7 +135,7 @@ Result<FrozenEntries> BuildFrozenEntries(FileBuilder& b, const std::string& wher
     RS_ASSIGN_OR_RETURN(Conversion conversion, FrozenConversion(where, p, target));
     if (target.zero_stage != 3) {
       RS_ASSIGN_OR_RETURN(NodeId v, b.AddTensor(target.lp_dtype, p.shape, p.value, conversion));
-      out.module_values.push_back(v);
+      out.module_values.emplace(p.name, v);
       out.fragments.push_back(v);
       continue;
     }
@@ -151,22 +149,18 @@ Result<FrozenEntries> BuildFrozenEntries(FileBuilder& b, const std::string& wher
     RS_ASSIGN_OR_RETURN(NodeId fragment,
                         b.AddTensor(target.lp_dtype, {static_cast<int64_t>(part.partition_numel)}, std::move(extents),
                                     conversion));
-    out.module_values.push_back(placeholder);
+    out.module_values.emplace(p.name, placeholder);
     out.fragments.push_back(fragment);
   }
   out.params = std::move(params);
   return out;
 }
 
-// Whether the source's frozen entries can be copied as they are: same TP, DP, ZeRO stage and dtype,
-// and not ZeRO-3, whose fragments differ per DP rank while the file is planned from DP rank 0's.
-bool FrozenCopiedAsIs(const ucp::UniversalCheckpoint& ckpt, const Target& target,
-                      const std::vector<FrozenParam>& params) {
-  if (LayoutChanged(ckpt, target) || target.zero_stage != ckpt.zero_stage() || target.zero_stage == 3) {
-    return false;
-  }
-  return std::all_of(params.begin(), params.end(),
-                     [&](const FrozenParam& p) { return p.dtype == target.lp_dtype; });
+// Whether the source's frozen entries may be copied as they are: same TP, DP and ZeRO stage, and not
+// ZeRO-3, whose fragments differ per DP rank while the file is planned from DP rank 0's. (Their dtype
+// must also be the target's.)
+bool FrozenLayoutKept(const ucp::UniversalCheckpoint& ckpt, const Target& target) {
+  return !LayoutChanged(ckpt, target) && target.zero_stage == ckpt.zero_stage() && target.zero_stage != 3;
 }
 
 // frozen_param_shapes / frozen_param_fragments: None below ZeRO-2 (DeepSpeed saves them from
@@ -197,9 +191,14 @@ Result<std::optional<FrozenEntries>> PlanFrozen(FileBuilder& b, const ucp::Unive
                                                 const Target& target, const format::TorchArchive& src, int tp_rank,
                                                 int dp_rank) {
   if (FrozenParamNames(ckpt, src.tree()).empty()) return std::optional<FrozenEntries>();
-  SourceTable scratch;  // the dtype check only: nothing is interned unless the entries are rebuilt
-  RS_ASSIGN_OR_RETURN(std::vector<FrozenParam> probe, PlanFrozenParams(ckpt, target, tp_rank, scratch));
-  if (FrozenCopiedAsIs(ckpt, target, probe)) return std::optional<FrozenEntries>();
+  if (FrozenLayoutKept(ckpt, target)) {
+    // Only a dtype change makes them be rebuilt: check it without interning sources the file won't read.
+    SourceTable scratch;
+    RS_ASSIGN_OR_RETURN(std::vector<FrozenParam> probe, PlanFrozenParams(ckpt, target, tp_rank, scratch));
+    if (std::all_of(probe.begin(), probe.end(), [&](const FrozenParam& p) { return p.dtype == target.lp_dtype; })) {
+      return std::optional<FrozenEntries>();
+    }
+  }
   RS_ASSIGN_OR_RETURN(std::vector<FrozenParam> params, PlanFrozenParams(ckpt, target, tp_rank, b.sources()));
   RS_ASSIGN_OR_RETURN(FrozenEntries entries, BuildFrozenEntries(b, src.path(), std::move(params), target, dp_rank));
   return std::optional<FrozenEntries>(std::move(entries));

@@ -38,42 +38,6 @@ bool IsFloatingDType(format::DType dtype) {
   return dtype == DType::kFloat32 || dtype == DType::kBFloat16 || dtype == DType::kFloat16 || dtype == DType::kFloat64;
 }
 
-// Where the bytes of `t` live in the archive's file. The archive already checked that the view
-// fits its storage and that the storage record holds exactly the storage's bytes; the offset is
-// recomputed with checked arithmetic all the same, because it leaves this module as a plain
-// number that readers will pread() with.
-Result<StateTensor> Locate(const TorchArchive& archive, const format::TensorRef& t) {
-  if (!t.is_contiguous()) {
-    return Unsupported("tensor of shape " + ShapeString(t.shape) + " has strides " + ShapeString(t.stride) +
-                       ", not contiguous (DeepSpeed writes contiguous tensors; reshardfs does not serve views)");
-  }
-  if (!IsFloatingDType(t.dtype)) {
-    return Unsupported("tensor dtype " + std::string(format::TorchName(t.dtype)) +
-                       " (expected float32, bfloat16, float16 or float64)");
-  }
-  const auto storage = archive.storages().find(t.storage.key);
-  if (storage == archive.storages().end()) {
-    return Internal("tensor storage '" + t.storage.key + "' missing from the archive index");
-  }
-  const uint64_t itemsize = format::ItemSize(t.dtype);
-  // A contiguous view may start inside its storage: ds_to_universal saves `tensor.float()` of a
-  // module entry, which for an fp32 run is the entry itself, a view into ZeRO's flat buffer.
-  const auto skip = CheckedMul(static_cast<uint64_t>(t.storage_offset), itemsize);
-  const auto offset = skip ? CheckedAdd(storage->second.data_offset, *skip) : std::nullopt;
-  const auto nbytes = CheckedMul(t.numel(), itemsize);
-  if (!offset || !nbytes || !RangeFits(*offset, *nbytes, archive.file().size())) {
-    return Corrupt("tensor at storage offset " + std::to_string(t.storage_offset) + " of storage '" + t.storage.key +
-                   "' reaches past the end of the file");
-  }
-  StateTensor out;
-  out.path = archive.path();
-  out.data_offset = *offset;
-  out.dtype = t.dtype;
-  out.shape = t.shape;
-  out.nbytes = *nbytes;
-  return out;
-}
-
 // What one state file holds, before the states of a folder are compared.
 struct StateFile {
   bool bare = false;
@@ -116,7 +80,7 @@ Result<StateFile> ParseStateDict(const TorchArchive& archive, NodeId root) {
     if (key == "param") {
       RS_ASSIGN_OR_RETURN(auto tensor, format::MatchTensor(tree, value));
       if (!tensor) return Corrupt("'param' must be a tensor, got " + DescribeNode(tree, value));
-      RS_ASSIGN_OR_RETURN(out.tensor, Locate(archive, *tensor));
+      RS_ASSIGN_OR_RETURN(out.tensor, LocateTensor(archive, *tensor));
       have_param = true;
     } else if (key == "cat_dim") {
       RS_ASSIGN_OR_RETURN(c.cat_dim, CategoryInt(tree, value, key, 0));
@@ -158,7 +122,7 @@ Result<StateFile> ParseStateFile(const std::string& path) {
     if (!tensor) return ParseStateDict(archive, root);
     StateFile out;
     out.bare = true;
-    RS_ASSIGN_OR_RETURN(out.tensor, Locate(archive, *tensor));
+    RS_ASSIGN_OR_RETURN(out.tensor, LocateTensor(archive, *tensor));
     return out;
   };
   auto parsed = parse();
@@ -188,7 +152,7 @@ Result<Step> ParseStepFile(const std::string& path) {
                                       std::string(format::TorchName((*tensor)->dtype))
                                 : DescribeNode(tree, root)));
   }
-  auto located = Locate(archive, **tensor);
+  auto located = LocateTensor(archive, **tensor);
   if (!located.ok()) return located.status().Annotate(path);
   step.is_tensor = true;
   step.tensor = std::move(located).value();
@@ -239,6 +203,42 @@ Status CheckAgrees(const std::string& dir, const std::string& key, const StateFi
 }
 
 }  // namespace
+
+// The archive already checked that the view fits its storage and that the storage record holds exactly
+// the storage's bytes; the offset is recomputed with checked arithmetic all the same, because it leaves
+// as a plain number that readers will pread() with.
+Result<StateTensor> LocateTensor(const TorchArchive& archive, const format::TensorRef& t) {
+  if (!t.is_contiguous()) {
+    return Unsupported("tensor of shape " + ShapeString(t.shape) + " has strides " + ShapeString(t.stride) +
+                       ", not contiguous (DeepSpeed writes contiguous tensors; reshardfs does not serve views)");
+  }
+  if (!IsFloatingDType(t.dtype)) {
+    return Unsupported("tensor dtype " + std::string(format::TorchName(t.dtype)) +
+                       " (expected float32, bfloat16, float16 or float64)");
+  }
+  const auto storage = archive.storages().find(t.storage.key);
+  if (storage == archive.storages().end()) {
+    return Internal("tensor storage '" + t.storage.key + "' missing from the archive index");
+  }
+  const uint64_t itemsize = format::ItemSize(t.dtype);
+  // A contiguous view may start inside its storage: ds_to_universal saves `tensor.float()` of a
+  // module entry, which for an fp32 run is the entry itself, a view into ZeRO's flat buffer.
+  const auto skip = CheckedMul(static_cast<uint64_t>(t.storage_offset), itemsize);
+  const auto offset = skip ? CheckedAdd(storage->second.data_offset, *skip) : std::nullopt;
+  const auto nbytes = CheckedMul(t.numel(), itemsize);
+  if (!offset || !nbytes || !RangeFits(*offset, *nbytes, archive.file().size())) {
+    return Corrupt("tensor at storage offset " + std::to_string(t.storage_offset) + " of storage '" + t.storage.key +
+                   "' reaches past the end of the file");
+  }
+  StateTensor out;
+  out.path = archive.path();
+  out.data_offset = *offset;
+  out.dtype = t.dtype;
+  out.shape = t.shape;
+  out.nbytes = *nbytes;
+  return out;
+}
+
 
 uint64_t StateTensor::numel() const {
   uint64_t n = 1;

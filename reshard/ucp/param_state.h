@@ -41,6 +41,8 @@
 
 #include "reshard/base/status.h"
 #include "reshard/format/dtype.h"
+#include "reshard/format/torch_archive.h"
+#include "reshard/format/torch_tensor.h"
 #include "reshard/ucp/checkpoint_info.h"
 
 namespace reshard::ucp {
@@ -55,6 +57,11 @@ struct StateTensor {
 
   uint64_t numel() const;  // product of `shape` (1 for a 0-d tensor); overflow ruled out when indexed
 };
+
+// Where the bytes of the contiguous tensor `t` of `archive` live in its file. Errors: a
+// non-contiguous view or a dtype other than float32/bfloat16/float16/float64 (kUnsupported), a
+// tensor past the end of the file (kCorrupt).
+Result<StateTensor> LocateTensor(const format::TorchArchive& archive, const format::TensorRef& t);
 
 // The optimizer step stored in step.pt: a Python int (DeepSpeed FusedAdam, DeepSpeedCPUAdam)
 // or a 0-d float tensor (torch.optim.Adam/AdamW).
