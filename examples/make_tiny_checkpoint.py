@@ -35,6 +35,10 @@ SEQ = 8
 GLOBAL_BATCH = 8  # sequences per optimizer step, over all DP ranks
 SEED = 1234
 DATA_SEED = 4321
+# DeepSpeed allocates its gradient reduce buckets (reduce_bucket_size elements, default 5e8: 2 GB of fp32) at every
+# step, and under torch.use_deterministic_algorithms torch.empty fills them with NaN: about 3 s of CPU per rank and
+# step. The tiny models have far fewer parameters than this, so one bucket still holds every gradient.
+REDUCE_BUCKET_ELEMENTS = 1_000_000
 
 
 class TinyModel(nn.Module):
@@ -117,7 +121,7 @@ def ds_config(dp, zero_stage, bf16=False, load_universal=False, variant=""):
             # no warmup_max_lr -> each group warms up to its own lr
             "params": {"warmup_min_lr": 1e-5, "warmup_num_steps": 10, "warmup_type": "linear"},
         },
-        "zero_optimization": {"stage": zero_stage},
+        "zero_optimization": {"stage": zero_stage, "reduce_bucket_size": REDUCE_BUCKET_ELEMENTS},
         "bf16": {"enabled": bool(bf16)},
         "fp16": {"enabled": False},
     }

@@ -37,7 +37,8 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from make_tiny_checkpoint import cpu_env, finish_output, optimizer_step, to_universal, torchrun_cmd  # noqa: E402
+from make_tiny_checkpoint import (REDUCE_BUCKET_ELEMENTS, cpu_env, finish_output, optimizer_step,  # noqa: E402
+                                  to_universal, torchrun_cmd)
 
 VOCAB = 128
 HIDDEN = 64
@@ -141,7 +142,7 @@ def ds_config(tp, dp, zero_stage, bf16=False, load_universal=False, bf16_optimiz
             "type": "WarmupLR",
             "params": {"warmup_min_lr": 1e-5, "warmup_num_steps": 10, "warmup_type": "linear"},
         },
-        "zero_optimization": {"stage": zero_stage},
+        "zero_optimization": {"stage": zero_stage, "reduce_bucket_size": REDUCE_BUCKET_ELEMENTS},
         "tensor_parallel": {"autotp_size": tp, **MODELS[model][3]},
         "bf16": {"enabled": bool(bf16)},
         "fp16": {"enabled": False},

@@ -1,6 +1,6 @@
 """What the pinned DeepSpeed's AutoTP does to each Hugging Face decoder family reshardfs has built-in rules for.
 
-record(out_dir, tp) launches `tp` CPU processes (gloo) under torch.distributed.run, running this file as a
+record(out_dir, tp) launches `tp` CPU processes (gloo, ds_launch.launch), running this file as a
 worker. For every model of FAMILIES (tiny, fixed seed, fp32, 6 query and 3 KV heads so that the KV-aware shard
 sizes are uneven at TP 2; each family with an untied and a tied output head), each rank builds the model, runs
 the unmodified deepspeed.initialize with "tensor_parallel": {"autotp_size": tp} (ZeRO-1, the Llama example's
@@ -32,11 +32,11 @@ from typing import Any
 
 import torch
 
-from ds_reference import EXAMPLES, launch
+from ds_launch import launch
+from ds_reference import EXAMPLES
 
 sys.path.insert(0, str(EXAMPLES))
 import make_tiny_llama_checkpoint as llama  # noqa: E402
-from make_tiny_checkpoint import torchrun_cmd  # noqa: E402
 
 SEED = 2024
 # Sizes shared by every family: head_dim 16, 6 query heads, 3 KV heads.
@@ -104,7 +104,7 @@ def record(out_dir: Path, tp: int = 2) -> Path:
     """Runs the workers; returns out_dir. Raises RuntimeError with the failing rank's traceback on failure."""
     out_dir.mkdir(parents=True, exist_ok=True)
     expected = [out_dir / "layouts.json"] + [out_dir / f"{f}_rank_{r}.pt" for f in FAMILIES for r in range(tp)]
-    launch(torchrun_cmd(tp, str(Path(__file__).resolve()), ["--worker", "--out", str(out_dir.resolve())]),
+    launch(tp, Path(__file__), ["--worker", "--out", out_dir.resolve()],
            f"autotp_layouts: {len(FAMILIES)} families at AutoTP TP {tp}", expected)
     return out_dir
 

@@ -24,7 +24,7 @@ import pytest
 import torch
 from torch import nn
 
-from ds_reference import EXAMPLES, REFERENCE_TRAIN_STEPS, cached_target_states
+from goldens import TINY_UCP, Reference, References
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")  # DeepSpeed's import otherwise probes for GPUs
 
@@ -35,9 +35,26 @@ REWRITE_ARCHIVE = "tests/tools/rewrite_archive"
 PLAN_PARTITIONS = "tests/tools/plan_partitions"
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--full", action="store_true",
+                     help="the full tier: also the tests marked `full`, and DeepSpeed's reference runs live instead "
+                          "of the committed goldens (tests/goldens)")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # torch warns each time it rebuilds a complex32 tensor; the dtype cases do that on purpose.
     config.addinivalue_line("filterwarnings", "ignore:ComplexHalf support is experimental:UserWarning")
+    config.addinivalue_line("markers", "full: only in the full tier (--full): long real-DeepSpeed variants")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The default tier leaves out (deselects, so they count as neither run nor skipped) the `full` tests."""
+    if config.getoption("--full"):
+        return
+    kept = [item for item in items if item.get_closest_marker("full") is None]
+    if len(kept) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item.get_closest_marker("full")])
+        items[:] = kept
 
 
 # ---- tools ------------------------------------------------------------------------------------
@@ -76,22 +93,6 @@ def reshardfs_python() -> Path:
     if not any((path / "reshardfs").glob("_C*.so")):
         pytest.fail(f"missing the reshardfs._C extension under {path}; build it with scripts/build.sh", pytrace=False)
     return path
-
-
-@pytest.fixture(scope="session")
-def load_universal_trained(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
-    """load_universal_trained(ucp, stage, dp, bf16, variant): DeepSpeed's own load_universal at that layout, then
-    REFERENCE_TRAIN_STEPS steps (ds_reference, shared on disk by every module of the session): its folder."""
-    from ds_reference import REFERENCE_TRAIN_STEPS, cached_target_states
-    from run_cache import RunCache
-    base = tmp_path_factory.getbasetemp() / "ds_reference"
-    cache = RunCache()
-
-    def run(ucp: Path, stage: int, dp: int, bf16: bool, variant: str) -> Path:
-        return cached_target_states(base / ucp.parent.name, ucp, stage, dp, bf16, train_steps=REFERENCE_TRAIN_STEPS,
-                                    variant=variant)[0].parent  # fmt: skip
-
-    return lambda *key: cache.get(key, lambda: run(*key))
 
 
 @pytest.fixture(scope="session")
@@ -468,17 +469,33 @@ def case_object() -> Callable[[str], Any]:
 
 
 @pytest.fixture(scope="session")
-def ds_reference(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., list[Path]]:
-    """ds_reference(zero_stage, dp, ucp=examples/tiny/universal, bf16=False): rank_<r>.pt dumps of DeepSpeed's
-    own load_universal of `ucp` at that layout (native_resaved/ next to them; the engine then trains
-    REFERENCE_TRAIN_STEPS more steps for the resume tests, which share these runs); one DeepSpeed run
-    per (ucp, layout) and session."""
-    base = tmp_path_factory.getbasetemp() / "ds_reference"
+def references(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> References:
+    """DeepSpeed's reference runs (goldens.py): live in the full tier, the committed goldens otherwise."""
+    return References(live=request.config.getoption("--full"), work=tmp_path_factory.mktemp("references"))
 
-    def get(zero_stage: int, dp: int, ucp: Path = EXAMPLES / "tiny" / "universal", bf16: bool = False) -> list[Path]:
-        try:
-            return cached_target_states(base / ucp.parent.name, ucp, zero_stage, dp, bf16, REFERENCE_TRAIN_STEPS)
-        except RuntimeError as error:
-            pytest.fail(str(error), pytrace=False)
+
+@pytest.fixture(scope="session")
+def load_universal_trained(references: References) -> Callable[..., Path]:
+    """load_universal_trained(ucp, stage, dp, bf16, variant): the folder of DeepSpeed's own load_universal of `ucp`
+    at that layout (ds_reference: rank_<r>.pt, native_resaved/), then REFERENCE_TRAIN_STEPS steps (after_rank_<r>.pt,
+    losses_rank_<r>.json)."""
+    return lambda *key: references.get(Reference("load_universal", key))
+
+
+@pytest.fixture(scope="session")
+def ds_reference(load_universal_trained) -> Callable[..., list[Path]]:
+    """ds_reference(zero_stage, dp, ucp=examples/tiny/universal, bf16=False): the rank_<r>.pt dumps of
+    load_universal_trained (native_resaved/ next to them)."""
+
+    def get(zero_stage: int, dp: int, ucp: Path = TINY_UCP, bf16: bool = False) -> list[Path]:
+        folder = load_universal_trained(ucp, zero_stage, dp, bf16, "")
+        return [folder / f"rank_{r}.pt" for r in range(dp)]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def load_universal_corrected(references: References) -> Callable[..., Path]:
+    """load_universal_corrected(ucp, stage, dp, bf16): DeepSpeed's ZeRO-3 load_universal of `ucp` with its two known
+    defects undone (ds_resume.universal_corrected), then REFERENCE_TRAIN_STEPS steps: its folder."""
+    return lambda *key: references.get(Reference("universal_corrected", key))

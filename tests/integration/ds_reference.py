@@ -1,7 +1,7 @@
 """Ground truth for the planner: what DeepSpeed's own `load_universal` puts into each target rank.
 
-dump_target_states(ucp_parent, zero_stage, dp, out_dir) launches `dp` CPU processes (gloo) under
-torch.distributed.run, running this file as a worker. Each rank builds examples/make_tiny_checkpoint.py's
+dump_target_states(ucp_parent, zero_stage, dp, out_dir) launches `dp` CPU processes (gloo, ds_launch.launch),
+running this file as a worker. Each rank builds examples/make_tiny_checkpoint.py's
 TinyModel and DeepSpeed config for the target layout plus `"checkpoint": {"load_universal": true}`,
 calls the unmodified `engine.load_checkpoint(ucp_parent)`, and writes
 
@@ -15,36 +15,21 @@ out_dir/after_rank_<r>.pt and out_dir/losses_rank_<r>.json.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from ds_launch import LAUNCH_TIMEOUT_S, launch  # noqa: F401 (LAUNCH_TIMEOUT_S: for the other harness modules)
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 sys.path.insert(0, str(EXAMPLES))
 import make_tiny_checkpoint as tiny  # noqa: E402
 
-LAUNCH_TIMEOUT_S = 300
 # Steps every test-session reference run trains after its load and re-save: the resume tests compare
 # them, and the other tests share the same runs (their snapshots and re-saves come before training).
 REFERENCE_TRAIN_STEPS = 3
-
-
-def launch(cmd: list[str], what: str, expected: list[Path]) -> None:
-    """Runs a torch.distributed.run command line (CPU environment, LAUNCH_TIMEOUT_S) and prints its wall time;
-    raises RuntimeError with the failing rank's own traceback (not torchrun's summary) when it fails or does not
-    write every file of `expected`."""
-    start = time.monotonic()
-    done = subprocess.run(cmd, env=tiny.cpu_env(), capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S)
-    print(f"{what}: DeepSpeed launch {time.monotonic() - start:.1f} s")
-    if done.returncode != 0 or not all(f.is_file() for f in expected):
-        first = done.stderr.find("Traceback")
-        raise RuntimeError(f"{what} failed (rc={done.returncode}): {' '.join(cmd)}\n"
-                           f"--- stdout\n{done.stdout[-3000:]}\n"
-                           f"--- stderr\n{done.stderr[max(first, 0):][:6000]}")  # fmt: skip
 
 
 def dump_target_states(ucp_parent: Path, zero_stage: int, dp: int, out_dir: Path, bf16: bool = False,
@@ -60,22 +45,8 @@ def dump_target_states(ucp_parent: Path, zero_stage: int, dp: int, out_dir: Path
     if variant:
         argv += ["--variant", variant]
     files = [out_dir / f"rank_{r}.pt" for r in range(dp)]
-    launch(tiny.torchrun_cmd(dp, str(Path(__file__).resolve()), argv),
+    launch(dp, Path(__file__), argv,
            f"ds_reference: load_universal ZeRO-{zero_stage} dp={dp} bf16={bf16} variant={variant or 'adamw'}", files)
-    return files
-
-
-def cached_target_states(root: Path, ucp_parent: Path, zero_stage: int, dp: int, bf16: bool = False,
-                         train_steps: int = 0, variant: str = "") -> list[Path]:
-    """dump_target_states into root/z<stage>_dp<dp>[_bf16][_train<N>], run only if that folder is not complete yet.
-    `root` must belong to one UCP; a per-session temp folder lets every test module share one run per layout."""
-    out_dir = root / (f"z{zero_stage}_dp{dp}{'_bf16' if bf16 else ''}{f'_{variant}' if variant else ''}"
-                      f"{f'_train{train_steps}' if train_steps > 0 else ''}")
-    done = out_dir / "DONE"
-    if done.is_file():
-        return [out_dir / f"rank_{r}.pt" for r in range(dp)]
-    files = dump_target_states(ucp_parent, zero_stage, dp, out_dir, bf16, train_steps, variant)
-    done.touch()
     return files
 
 

@@ -1,7 +1,7 @@
 """Resuming with DeepSpeed's own native loader, and continuing training, for the resume tests.
 
-resume_from_native(checkpoint_dir, zero_stage, dp, out_dir) launches `dp` CPU processes (gloo) under
-torch.distributed.run, running this file as a worker. Each rank builds examples/make_tiny_checkpoint.py's
+resume_from_native(checkpoint_dir, zero_stage, dp, out_dir) launches `dp` CPU processes (gloo, ds_launch.launch),
+running this file as a worker. Each rank builds examples/make_tiny_checkpoint.py's
 TinyModel and the DeepSpeed config of the target layout (load_universal off), fills its frozen parameters
 with NaN (poison_frozen), calls the unmodified `engine.load_checkpoint(checkpoint_dir)` (a reshardfs mountpoint,
 or any native checkpoint), and writes
@@ -62,7 +62,7 @@ def _launch(mode: str, zero_stage: int, dp: int, out_dir: Path, bf16: bool, trai
     files = [out_dir / f"rank_{r}.pt" for r in range(dp)]
     trained = [out_dir / f"{name}_rank_{r}.{ext}" for r in range(dp)
                for name, ext in (("after", "pt"), ("losses", "json"))]  # fmt: skip
-    launch(tiny.torchrun_cmd(dp, str(Path(__file__).resolve()), argv),
+    launch(dp, Path(__file__), argv,
            f"ds_resume: {mode} ZeRO-{zero_stage} dp={dp} bf16={bf16} variant={variant or 'adamw'}",
            files + (trained if train_steps > 0 else []))  # fmt: skip
     return files

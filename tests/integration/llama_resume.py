@@ -1,7 +1,7 @@
 """Resuming the tiny AutoTP Llama (examples/make_tiny_llama_checkpoint.py) at a TP x DP layout, for the TP tests.
 
-resume(mode, checkpoint, tp, dp, zero_stage, out_dir) launches tp * dp CPU processes (gloo) under
-torch.distributed.run, running this file as a worker. Each rank builds the example's model (LlamaForCausalLM, or
+resume(mode, checkpoint, tp, dp, zero_stage, out_dir) launches tp * dp CPU processes (gloo, ds_launch.launch),
+running this file as a worker. Each rank builds the example's model (LlamaForCausalLM, or
 another of make_tiny_llama_checkpoint.MODELS) and DeepSpeed config for the layout ("tensor_parallel": {"autotp_size":
 tp}), and loads `checkpoint` with the unmodified engine.load_checkpoint:
 
@@ -35,7 +35,6 @@ from ds_reference import EXAMPLES, _snapshot, launch
 
 sys.path.insert(0, str(EXAMPLES))
 import make_tiny_llama_checkpoint as llama  # noqa: E402
-from make_tiny_checkpoint import torchrun_cmd  # noqa: E402
 
 MODES = ("native", "universal", "restore")
 # fp32 weights; bf16 weights; bf16 weights with fp32 gradient accumulation (DeepSpeed's BF16_Optimizer, ZeRO-1).
@@ -61,8 +60,8 @@ def resume(mode: str, checkpoint: Path, tp: int, dp: int, zero_stage: int, out_d
     if train_steps > 0:
         expected += [out_dir / f"{name}_rank_{r}.{ext}" for r in range(tp * dp)
                      for name, ext in (("after", "pt"), ("losses", "json"))]  # fmt: skip
-    launch(torchrun_cmd(tp * dp, str(Path(__file__).resolve()), argv),
-           f"llama_resume: {mode} ZeRO-{zero_stage} TP {tp} x DP {dp} {precision}", expected)
+    launch(tp * dp, Path(__file__), argv, f"llama_resume: {mode} ZeRO-{zero_stage} TP {tp} x DP {dp} {precision}",
+           expected)
     return out_dir
 
 

@@ -11,11 +11,13 @@ from pathlib import Path
 import pytest
 
 from fuse_mount import requires_fuse
+from tiers import FULL
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE_TIMEOUT_S = 900
 
 
+@FULL  # three DeepSpeed launches of its own (train on 4 ranks, convert, resume on 2): the full tier
 @requires_fuse
 @pytest.mark.timeout(EXAMPLE_TIMEOUT_S + 60)  # the script's own limit, not test.sh's 300 s per test, decides
 def test_resume_4_to_2_example(reshardfs: Path, tmp_path: Path) -> None:

@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -60,32 +59,24 @@ import pytest
 import torch
 
 from checkpoint_compare import assert_same_snapshot
-from ds_reference import EXAMPLES, LAUNCH_TIMEOUT_S
+from ds_reference import EXAMPLES
 from fuse_mount import requires_fuse, served_while
+from goldens import LLAMA_SOURCE_STEPS, Reference, llama_model
 from run_cache import RunCache
 from llama_resume import resume
+from tiers import FULL, tiered
 
 sys.path.insert(0, str(EXAMPLES))
 import make_tiny_llama_checkpoint as llama  # noqa: E402
-from make_tiny_checkpoint import cpu_env  # noqa: E402
 
 # The first test that needs a session source trains and converts it before its own launches.
 pytestmark = [requires_fuse, pytest.mark.timeout(900)]
 
-SOURCE_STEPS = 3
+SOURCE_STEPS = LLAMA_SOURCE_STEPS
 TRAIN_STEPS = 3
 LOSS_RTOL = llama.LOSS_RTOL
-
-# source id: (TP, DP, ZeRO stage) of the run that made it; tp2_zero1 is committed.
-SOURCES = {"tp2_zero1": (2, 1, 1), "tp1_zero1": (1, 2, 1), "tp2_zero3": (2, 1, 3), "tp1_zero3": (1, 2, 3),
-           "qwen2_tied_tp1_zero1": (1, 1, 1), "phi3_tp2_zero1": (2, 1, 1), "llama_frozen_tp1_zero1": (1, 1, 1)}
-# source id -> its model (make_tiny_llama_checkpoint --model); llama when not listed.
-SOURCE_MODELS = {"qwen2_tied_tp1_zero1": "qwen2_tied", "phi3_tp2_zero1": "phi3",
-                 "llama_frozen_tp1_zero1": "llama_frozen"}
-
-
-def model_of(source: str) -> str:
-    return SOURCE_MODELS.get(source, "llama")
+# The sources (goldens.LLAMA_SOURCES: TP, DP, ZeRO stage and model of the run that made each) are made with
+# SOURCE_STEPS steps; tp2_zero1 is committed, tp1_zero3 has a golden, the others are made in full-tier sessions.
 
 
 # id: (source, target TP, target DP, target ZeRO stage, target precision: llama_resume.PRECISIONS)
@@ -108,6 +99,9 @@ INDEPENDENT_CASES = {
     # DeepSpeed looks for ZeRO-3 model-states files in a UCP converted from ZeRO-1, and finds none.
     "zero1_to_zero3_tp2_dp1_to_tp2_dp2": ("tp2_zero1", 2, 2, 3, "fp32"),
 }
+# The default tier's smoke set (one mount launch each, goldens for DeepSpeed's side and the tp1_zero3 source): one
+# AutoTP TP change from the committed source, and the seed case (ZeRO-3 saved without TP into AutoTP TP 2).
+DEFAULT_TIER = {"zero1_tp2_dp1_to_tp1_dp2", "zero3_without_tp_tp1_dp2_to_autotp_tp2_dp1"}
 
 
 def load(path: Path) -> Any:
@@ -115,25 +109,9 @@ def load(path: Path) -> Any:
 
 
 @pytest.fixture(scope="session")
-def llama_source(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+def llama_source(references) -> Callable[[str], Path]:
     """llama_source(id): the folder holding universal/, config.json and reference_losses.json of that run."""
-    cache = RunCache()
-
-    def make(source: str) -> Path:
-        if source == "tp2_zero1":
-            return EXAMPLES / "tiny_llama_tp2"
-        tp, dp, stage = SOURCES[source]
-        out = tmp_path_factory.mktemp(f"llama_{source}")
-        cmd = [sys.executable, str(EXAMPLES / "make_tiny_llama_checkpoint.py"), "--out", str(out), "--tp", str(tp),
-               "--dp", str(dp), "--zero-stage", str(stage), "--steps", str(SOURCE_STEPS), "--model",
-               model_of(source)]
-        done = subprocess.run(cmd, env=cpu_env(), capture_output=True, text=True, timeout=2 * LAUNCH_TIMEOUT_S)
-        if done.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)} failed (rc={done.returncode}):\n{done.stdout[-3000:]}\n"
-                               f"{done.stderr[-6000:]}")  # fmt: skip
-        return out
-
-    return lambda source: cache.get(source, lambda: make(source))
+    return references.llama_source
 
 
 def run_name(kind: str, source: str, tp: int, dp: int, stage: int, precision: str) -> str:
@@ -154,14 +132,14 @@ def mount_resume(reshardfs: Path, llama_source, tmp_path_factory: pytest.TempPat
     def run(source: str, tp: int, dp: int, stage: int, precision: str) -> Path:
         src = llama_source(source)
         work = tmp_path_factory.mktemp(run_name("mount", source, tp, dp, stage, precision))
-        config = ds_config_file(work / "ds_config.json", tp, dp, stage, precision, model_of(source))
+        config = ds_config_file(work / "ds_config.json", tp, dp, stage, precision, llama_model(source))
         mountpoint = work / "mnt"
         mountpoint.mkdir()
         # The ds_config has no train_batch_size (see make_tiny_llama_checkpoint.ds_config), so DP is a flag.
         return served_while([reshardfs, "mount", src / "universal", mountpoint, "--ds-config", config, "--dp", str(dp),
                              "--model-config", src / "config.json", "-f"], mountpoint, work / "server.log",
                             lambda: resume("native", mountpoint, tp, dp, stage, work / "resume", precision=precision,
-                                           train_steps=TRAIN_STEPS, model=model_of(source)))  # fmt: skip
+                                           train_steps=TRAIN_STEPS, model=llama_model(source)))  # fmt: skip
 
     return lambda *key: cache.get(key, lambda: run(*key))
 
@@ -176,22 +154,15 @@ def restored(llama_source, reshardfs_python: Path, tmp_path_factory: pytest.Temp
         out = tmp_path_factory.mktemp(run_name("restore", source, tp, dp, stage, precision))
         return resume("restore", src / "universal", tp, dp, stage, out, precision=precision,
                       train_steps=TRAIN_STEPS, python_dir=reshardfs_python, model_config=src / "config.json",
-                      model=model_of(source))  # fmt: skip
+                      model=llama_model(source))  # fmt: skip
 
     return lambda *key: cache.get(key, lambda: run(*key))
 
 
 @pytest.fixture(scope="session")
-def load_universal(llama_source, tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+def load_universal(references) -> Callable[..., Path]:
     """load_universal(source, tp, dp, stage, precision): llama_resume "universal" outputs (DeepSpeed's own loader)."""
-    cache = RunCache()
-
-    def run(source: str, tp: int, dp: int, stage: int, precision: str) -> Path:
-        out = tmp_path_factory.mktemp(run_name("universal", source, tp, dp, stage, precision))
-        return resume("universal", llama_source(source) / "universal", tp, dp, stage, out, precision=precision,
-                      train_steps=TRAIN_STEPS, model=model_of(source))  # fmt: skip
-
-    return lambda *key: cache.get(key, lambda: run(*key))
+    return lambda *key: references.get(Reference("llama_universal", key))
 
 
 def losses(run_dir: Path, rank: int) -> dict[str, Any]:
@@ -201,7 +172,7 @@ def losses(run_dir: Path, rank: int) -> dict[str, Any]:
 # ---- tests ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("layout", list(CASES))
+@pytest.mark.parametrize("layout", tiered(CASES, DEFAULT_TIER & set(CASES)))
 def test_tp_resume_matches_load_universal(layout: str, mount_resume, load_universal) -> None:
     source, tp, dp, stage, precision = CASES[layout]
     served_dir, reference_dir = mount_resume(*CASES[layout]), load_universal(*CASES[layout])
@@ -212,6 +183,7 @@ def test_tp_resume_matches_load_universal(layout: str, mount_resume, load_univer
                              f"rank {rank} (TP {served['tp_rank']}, DP {served['dp_rank']}): mount vs load_universal")
 
 
+@FULL
 def test_tied_head_is_served_as_the_embedding(reshardfs: Path, run_tool, llama_source, tmp_path: Path) -> None:
     """A tied lm_head.weight is its own tensor over the embedding's storage in the source files; served at another
     TP and dtype it must be the embedding's new tensor (bf16 here), not the source's fp32 bytes."""
@@ -228,7 +200,7 @@ def test_tied_head_is_served_as_the_embedding(reshardfs: Path, run_tool, llama_s
             embedding.untyped_storage().data_ptr(), (tp_rank, head.dtype, embedding.dtype)
 
 
-@pytest.mark.parametrize("layout", list(CASES))
+@pytest.mark.parametrize("layout", tiered(CASES, DEFAULT_TIER & set(CASES)))
 def test_tp_training_matches_load_universal(layout: str, mount_resume, load_universal) -> None:
     source, tp, dp, stage, precision = CASES[layout]
     served_dir, reference_dir = mount_resume(*CASES[layout]), load_universal(*CASES[layout])
@@ -245,6 +217,7 @@ RESTORE_CASES = ["zero1_tp2_dp1_to_tp1_dp2", "zero1_tp1_dp2_to_tp2_dp1", "zero1_
                  "zero3_tp2_dp1_to_tp2_dp2", "zero3_tp2_dp1_to_tp1_dp2"]
 
 
+@FULL
 @pytest.mark.parametrize("layout", RESTORE_CASES)
 def test_tp_restore_matches_load_universal(layout: str, restored, load_universal) -> None:
     source, tp, dp, stage, precision = CASES[layout]
@@ -295,7 +268,7 @@ def full_shapes_of(ucp_tag: Path) -> dict[str, tuple[int, ...]]:
     return {n: logical.get(n, s) for n, s in shapes.items()}
 
 
-@pytest.mark.parametrize("layout", list(INDEPENDENT_CASES))
+@pytest.mark.parametrize("layout", tiered(INDEPENDENT_CASES, DEFAULT_TIER & set(INDEPENDENT_CASES)))
 def test_zero3_autotp_partitions_equal_independent_slices(layout: str, mount_resume, llama_source) -> None:
     source, tp, dp, stage, precision = INDEPENDENT_CASES[layout]
     served_dir = mount_resume(*INDEPENDENT_CASES[layout])
@@ -324,6 +297,7 @@ def test_zero3_autotp_partitions_equal_independent_slices(layout: str, mount_res
     assert all(abs(a - b) <= LOSS_RTOL * abs(b) for a, b in zip(got, reference)), (got, reference)
 
 
+@FULL
 def test_deepspeed_zero3_without_tp_to_autotp_still_fails(llama_source, tmp_path: Path) -> None:
     source, tp, dp, stage, precision = BARE_CASE
     try:

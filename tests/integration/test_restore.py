@@ -31,8 +31,9 @@ import torch
 
 from checkpoint_compare import assert_same_snapshot, load, ucp_param_groups
 from ds_reference import EXAMPLES, REFERENCE_TRAIN_STEPS
-from ds_resume import restore_from_universal, universal_corrected
+from ds_resume import restore_from_universal
 from run_cache import RunCache
+from tiers import tiered
 
 sys.path.insert(0, str(EXAMPLES))
 import make_tiny_checkpoint as tiny  # noqa: E402
@@ -64,6 +65,8 @@ RESTORE_CASES = {
     "cooperative_zero1_to_zero2_fp32_to_bf16_dp2_to_dp4": (UCP, 2, 4, True, True),
     "cooperative_zero3_fp32_to_bf16_dp2_to_dp4": (ZERO3_UCP, 3, 4, True, True),
 }
+# The default tier's smoke set: one restore and one cooperative restore (one launch each, against goldens).
+DEFAULT_TIER = {"zero1_dp2_to_dp4", "cooperative_zero1_to_zero2_fp32_to_bf16_dp2_to_dp4"}
 
 
 @pytest.fixture(scope="session")
@@ -177,17 +180,14 @@ def restored(reshardfs_python: Path, tmp_path_factory: pytest.TempPathFactory):
 
 
 
-@pytest.mark.parametrize("layout", list(RESTORE_CASES))
-def test_restore_matches_load_universal(layout: str, restored, load_universal_trained, tmp_path_factory) -> None:
+@pytest.mark.parametrize("layout", tiered(RESTORE_CASES, DEFAULT_TIER))
+def test_restore_matches_load_universal(layout: str, restored, load_universal_trained,
+                                        load_universal_corrected) -> None:
     case = layout
     ucp, stage, dp, bf16, cooperative = RESTORE_CASES[case]
     restore_dir = restored(ucp, stage, dp, bf16, cooperative)
     reference_dir = load_universal_trained(ucp, stage, dp, bf16, "")
-    if stage == 3:
-        trained_dir = tmp_path_factory.mktemp(f"corrected_{case}")
-        universal_corrected(ucp, stage, dp, trained_dir, train_steps=REFERENCE_TRAIN_STEPS, bf16=bf16)
-    else:
-        trained_dir = reference_dir
+    trained_dir = load_universal_corrected(ucp, stage, dp, bf16) if stage == 3 else reference_dir
     for rank in range(dp):
         got = load(restore_dir / f"rank_{rank}.pt")
         want = load(reference_dir / f"rank_{rank}.pt")

@@ -66,9 +66,10 @@ import torch
 
 from checkpoint_compare import assert_same_files, assert_same_snapshot, ucp_param_groups
 from ds_reference import EXAMPLES, REFERENCE_TRAIN_STEPS
-from ds_resume import resume_from_native, to_universal, train_uninterrupted, universal_corrected
+from ds_resume import resume_from_native, to_universal, train_uninterrupted
 from fuse_mount import requires_fuse, served_while
 from run_cache import RunCache
+from tiers import FULL, tiered
 
 sys.path.insert(0, str(EXAMPLES))
 import make_tiny_checkpoint as tiny  # noqa: E402
@@ -131,6 +132,9 @@ ZERO12_CASES = [c for c, case in CASES.items() if case[1] != 3]
 ZERO3_CASES = [c for c, case in CASES.items() if case[1] == 3]
 # The defect records need DeepSpeed's uncorrected run as well: one launch more per case, so one case (CI time).
 ZERO3_DEFECT_CASES = ["zero3_dp2_to_dp4"]
+# The default tier's smoke set: one resume per target ZeRO stage, from the committed sources, against the
+# committed goldens of DeepSpeed's runs (one mount launch each). The rest, and every session source, is --full.
+DEFAULT_TIER = {"zero1_dp2_to_dp4", "zero1_to_zero2_fp32_to_bf16_dp2_to_dp4", "zero3_dp2_to_dp4"}
 # id: (ZeRO stage, DP, bf16, variant) of the original run and the target
 ROUND_TRIP = {"zero3_dp2_same_layout": (3, 2, False, ""),
               "bf16_optimizer_dp2_same_layout": (1, 2, True, "bf16_optimizer")}
@@ -167,31 +171,24 @@ def mount_resume(reshardfs: Path, tmp_path_factory: pytest.TempPathFactory) -> C
 
 
 @pytest.fixture(scope="session")
-def reference_run(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
-    """reference_run(kind, ucp, stage, dp, bf16=False, variant=""): ds_resume.universal_corrected's outputs, or
-    train_uninterrupted's (ucp None) with its native save converted to out/universal."""
+def original_run(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """original_run(stage, dp, bf16=False, variant=""): ds_resume.train_uninterrupted's outputs at that layout, its
+    native save converted by DeepSpeed's ds_to_universal to out/universal (a session source; full tier only)."""
     cache = RunCache()
 
-    def run(kind: str, ucp: Path | None, stage: int, dp: int, bf16: bool, variant: str) -> Path:
-        name = f"{kind}_{ucp.parent.name if ucp else 'original'}_z{stage}_dp{dp}{'_bf16' if bf16 else ''}"
-        out = tmp_path_factory.mktemp(name + (f"_{variant}" if variant else ""))
-        if kind == "universal_corrected":
-            universal_corrected(ucp, stage, dp, out, train_steps=TRAIN_STEPS, bf16=bf16)
-        else:
-            train_uninterrupted(stage, dp, out, bf16=bf16, steps=SOURCE_STEPS, train_steps=TRAIN_STEPS,
-                                variant=variant)  # fmt: skip
-            to_universal(out / "native", out / "universal")
+    def run(stage: int, dp: int, bf16: bool, variant: str) -> Path:
+        out = tmp_path_factory.mktemp(f"original_z{stage}_dp{dp}{'_bf16' if bf16 else ''}"
+                                      f"{f'_{variant}' if variant else ''}")  # fmt: skip
+        train_uninterrupted(stage, dp, out, bf16=bf16, steps=SOURCE_STEPS, train_steps=TRAIN_STEPS, variant=variant)
+        to_universal(out / "native", out / "universal")
         return out
 
-    def get(kind: str, ucp: Path | None, stage: int, dp: int, bf16: bool = False, variant: str = "") -> Path:
-        key = (kind, ucp, stage, dp, bf16, variant)
-        return cache.get(key, lambda: run(*key))
-
-    return get
+    return lambda stage, dp, bf16=False, variant="": cache.get((stage, dp, bf16, variant),
+                                                               lambda: run(stage, dp, bf16, variant))
 
 
 @pytest.fixture(scope="session")
-def case_layout(reference_run) -> Callable[[str], tuple[Path, int, int, bool, str]]:
+def case_layout(original_run) -> Callable[[str], tuple[Path, int, int, bool, str]]:
     """case_layout(case): (source UCP path, target stage, DP, bf16, variant), making a session source first."""
 
     def resolve(case: str) -> tuple[Path, int, int, bool, str]:
@@ -200,7 +197,7 @@ def case_layout(reference_run) -> Callable[[str], tuple[Path, int, int, bool, st
             ucp = COMMITTED_SOURCES[source]
         else:
             src_stage, src_dp, src_bf16, src_variant = SESSION_SOURCES[source]
-            ucp = reference_run("train_uninterrupted", None, src_stage, src_dp, src_bf16, src_variant) / "universal"
+            ucp = original_run(src_stage, src_dp, src_bf16, src_variant) / "universal"
         return ucp, stage, dp, bf16, variant
 
     return resolve
@@ -224,7 +221,7 @@ def zero3_step_values(snapshot: dict[str, Any]) -> list[float]:
 # ---- tests ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("layout", list(CASES))
+@pytest.mark.parametrize("layout", tiered(CASES, DEFAULT_TIER))
 def test_resume_matches_load_universal(layout: str, case_layout, mount_resume, load_universal_trained) -> None:
     ucp, stage, dp, bf16, variant = case_layout(layout)
     served_dir = mount_resume(ucp, stage, dp, bf16, variant)
@@ -245,24 +242,25 @@ def test_resume_matches_load_universal(layout: str, case_layout, mount_resume, l
         assert_same_snapshot(served, reference, f"rank {rank}: mount vs DeepSpeed's load_universal")
 
 
-@pytest.mark.parametrize("layout", ZERO12_CASES)
+@pytest.mark.parametrize("layout", tiered(ZERO12_CASES, DEFAULT_TIER & set(ZERO12_CASES)))
 def test_training_matches_load_universal(layout: str, case_layout, mount_resume, load_universal_trained) -> None:
     key = case_layout(layout)
     assert_same_training(mount_resume(*key), load_universal_trained(*key), key[2], "DeepSpeed's load_universal")
 
 
-@pytest.mark.parametrize("layout", ZERO3_CASES)
+@pytest.mark.parametrize("layout", tiered(ZERO3_CASES, DEFAULT_TIER & set(ZERO3_CASES)))
 def test_zero3_training_matches_corrected_load_universal(layout: str, case_layout, mount_resume,
-                                                         reference_run) -> None:
+                                                         load_universal_corrected) -> None:
     ucp, stage, dp, bf16, variant = case_layout(layout)
     served_dir = mount_resume(ucp, stage, dp, bf16, variant)
-    reference_dir = reference_run("universal_corrected", ucp, stage, dp, bf16)
+    reference_dir = load_universal_corrected(ucp, stage, dp, bf16)
     for rank in range(dp):
         assert_same_snapshot(load(served_dir / f"rank_{rank}.pt"), load(reference_dir / f"rank_{rank}.pt"),
                              f"rank {rank}: mount vs corrected load_universal, after the load")  # fmt: skip
     assert_same_training(served_dir, reference_dir, dp, "corrected load_universal")
 
 
+@FULL
 @pytest.mark.parametrize("layout", list(FROZEN_CASES))
 def test_frozen_parameters_resume_where_load_universal_cannot(layout: str, case_layout, mount_resume) -> None:
     ucp, stage, dp, bf16, variant = case_layout(layout)
@@ -283,10 +281,11 @@ def test_frozen_parameters_resume_where_load_universal_cannot(layout: str, case_
         assert all(torch.isfinite(torch.tensor(v)).all() for v in losses(served_dir, rank)["losses"]), rank
 
 
+@FULL
 @pytest.mark.parametrize("layout", list(ROUND_TRIP))
-def test_round_trip_continues_the_original_run(layout: str, mount_resume, reference_run) -> None:
+def test_round_trip_continues_the_original_run(layout: str, mount_resume, original_run) -> None:
     stage, dp, bf16, variant = ROUND_TRIP[layout]
-    original_dir = reference_run("train_uninterrupted", None, stage, dp, bf16, variant)
+    original_dir = original_run(stage, dp, bf16, variant)
     served_dir = mount_resume(original_dir / "universal", stage, dp, bf16, variant)
     for rank in range(dp):
         assert_same_snapshot(load(served_dir / f"rank_{rank}.pt"), load(original_dir / f"rank_{rank}.pt"),
@@ -297,12 +296,13 @@ def test_round_trip_continues_the_original_run(layout: str, mount_resume, refere
 ROUND_TRIP_FILES = {**{f"{source}_same_layout": layout for source, layout in SESSION_SOURCES.items()}, **ROUND_TRIP}
 
 
+@FULL
 @pytest.mark.parametrize("layout", list(ROUND_TRIP_FILES))
-def test_round_trip_files_equal_the_native_save(layout: str, reshardfs: Path, run_tool, reference_run,
+def test_round_trip_files_equal_the_native_save(layout: str, reshardfs: Path, run_tool, original_run,
                                                 tmp_path: Path) -> None:
     """At the original run's own layout the served files equal what its engine.save_checkpoint wrote."""
     stage, dp, bf16, variant = ROUND_TRIP_FILES[layout]
-    original_dir = reference_run("train_uninterrupted", None, stage, dp, bf16, variant)
+    original_dir = original_run(stage, dp, bf16, variant)
     config = tmp_path / "ds_config.json"
     config.write_text(json.dumps(tiny.ds_config(dp, stage, bf16=bf16, variant=variant)))
     result = run_tool(reshardfs, "materialize", original_dir / "universal", tmp_path / "served", "--ds-config", config)
