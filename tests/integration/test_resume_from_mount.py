@@ -103,10 +103,12 @@ CASES = {
     "zero1_dp4_to_dp2": ("zero1_dp4", 1, 2, False, ""),
     "zero1_dp4_to_dp1": ("zero1_dp4", 1, 1, False, ""),
     "zero1_fp32_to_bf16_dp4_to_dp2": ("zero1_dp4", 1, 2, True, ""),
+    "zero1_fp32_to_bf16_dp4_to_dp1": ("zero1_dp4", 1, 1, True, ""),
     "zero1_to_zero2_fp32_to_bf16_dp2_to_dp4": ("zero1_dp2", 2, 4, True, ""),
     "zero2_dp4_to_dp2": ("zero2_dp4", 2, 2, False, ""),
     "zero2_fp32_to_bf16_dp4_to_dp2": ("zero2_dp4", 2, 2, True, ""),
     "zero2_dp4_to_dp1": ("zero2_dp4", 2, 1, False, ""),
+    "zero2_fp32_to_bf16_dp4_to_dp1": ("zero2_dp4", 2, 1, True, ""),
     "zero2_frozen_fp32_to_bf16_dp2_to_dp4": ("zero2_frozen_dp2", 2, 4, True, "frozen"),
     "zero1_int_step_cpu_adam_dp2_to_dp4": ("zero1_cpu_adam_dp2", 1, 4, False, "cpu_adam"),
     "bf16_optimizer_dp2_to_dp4": ("bf16_optimizer_dp2", 1, 4, True, "bf16_optimizer"),
@@ -117,6 +119,7 @@ CASES = {
     "zero3_dp4_to_dp2": ("zero3_dp4", 3, 2, False, ""),
     "zero3_fp32_to_bf16_dp4_to_dp2": ("zero3_dp4", 3, 2, True, ""),
     "zero3_dp4_to_dp1": ("zero3_dp4", 3, 1, False, ""),
+    "zero3_fp32_to_bf16_dp4_to_dp1": ("zero3_dp4", 3, 1, True, ""),
 }
 # Frozen parameters (fc1) resumed where DeepSpeed's load_universal is no reference: it never loads them (engine.py
 # skips load_module_state_dict under load_universal), it has no cross-stage loader, and its ZeRO-3 reference needs
@@ -130,8 +133,8 @@ FROZEN_CASES = {
 }
 ZERO12_CASES = [c for c, case in CASES.items() if case[1] != 3]
 ZERO3_CASES = [c for c, case in CASES.items() if case[1] == 3]
-# The defect records need DeepSpeed's uncorrected run as well: one launch more per case, so one case (CI time).
-ZERO3_DEFECT_CASES = ["zero3_dp2_to_dp4"]
+# The defect records need DeepSpeed's uncorrected run as well: one launch more per case (the default tier has one).
+ZERO3_DEFECT_CASES = ["zero3_dp2_to_dp1", "zero3_dp2_to_dp4", "zero3_dp4_to_dp2"]
 # The default tier's smoke set: one resume per target ZeRO stage, from the committed sources, against the
 # committed goldens of DeepSpeed's runs (one mount launch each). The rest, and every session source, is --full.
 DEFAULT_TIER = {"zero1_dp2_to_dp4", "zero1_to_zero2_fp32_to_bf16_dp2_to_dp4", "zero3_dp2_to_dp4"}
@@ -312,7 +315,7 @@ def test_round_trip_files_equal_the_native_save(layout: str, reshardfs: Path, ru
     assert len(compared) == (2 * dp if stage == 3 else dp + 1), compared  # model states + optimizer files
 
 
-@pytest.mark.parametrize("layout", ZERO3_DEFECT_CASES)
+@pytest.mark.parametrize("layout", tiered(ZERO3_DEFECT_CASES, DEFAULT_TIER & set(ZERO3_DEFECT_CASES)))
 def test_zero3_load_universal_step_defect(layout: str, case_layout, mount_resume, load_universal_trained) -> None:
     ucp, stage, dp, bf16, variant = case_layout(layout)
     served_dir = mount_resume(ucp, stage, dp, bf16, variant)
