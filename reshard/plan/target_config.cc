@@ -1,8 +1,11 @@
 #include "reshard/plan/target_config.h"
 
+#include <cmath>
 #include <initializer_list>
+#include <limits>
 #include <string_view>
 
+#include "reshard/base/checked_math.h"
 #include "reshard/format/pickle_query.h"
 #include "reshard/layout/autotp_rules.h"
 
@@ -17,6 +20,21 @@ std::string Dotted(Path path) {
   return out;
 }
 
+// `d` as an int64 when it is a whole number in range (casting any other double is undefined behaviour).
+std::optional<int64_t> IntegralDouble(double d) {
+  constexpr double kTwo63 = 9223372036854775808.0;
+  if (!(d >= -kTwo63 && d < kTwo63) || d != std::trunc(d)) return std::nullopt;
+  return static_cast<int64_t>(d);
+}
+
+// `value` of the config key `key` as an int: layout degrees and stages are ints downstream.
+Result<int> NarrowToInt(int64_t value, std::string_view key) {
+  if (value < std::numeric_limits<int>::min() || value > std::numeric_limits<int>::max()) {
+    return InvalidArgument(std::string(key) + " " + std::to_string(value) + " is out of range");
+  }
+  return static_cast<int>(value);
+}
+
 // A ds_config as a JSON document (the target's) or as the pickled dict the source run saved.
 class ConfigView {
  public:
@@ -29,16 +47,16 @@ class ConfigView {
       const nlohmann::ordered_json* v = Find(path);
       if (v == nullptr || v->is_null()) return std::optional<int64_t>();
       if (v->is_number_integer()) return std::optional<int64_t>(v->get<int64_t>());
-      if (v->is_number_float() && v->get<double>() == static_cast<double>(static_cast<int64_t>(v->get<double>()))) {
-        return std::optional<int64_t>(static_cast<int64_t>(v->get<double>()));  // 1e9 in JSON is a float
+      if (v->is_number_float()) {  // 1e9 in JSON is a float
+        if (auto i = IntegralDouble(v->get<double>())) return std::optional<int64_t>(*i);
       }
       return Bad(path, "an integer");
     }
     const format::NodeId v = FindNode(path);
     if (v == format::kNoNode || format::IsNone(*tree_, v)) return std::optional<int64_t>();
     if (auto i = format::AsInt(*tree_, v)) return std::optional<int64_t>(*i);
-    if (auto f = format::AsFloat(*tree_, v); f && *f == static_cast<double>(static_cast<int64_t>(*f))) {
-      return std::optional<int64_t>(static_cast<int64_t>(*f));
+    if (auto f = format::AsFloat(*tree_, v)) {
+      if (auto i = IntegralDouble(*f)) return std::optional<int64_t>(*i);
     }
     return Bad(path, "an integer");
   }
@@ -128,12 +146,17 @@ Result<std::optional<int64_t>> DpFrom(const ConfigView& v, std::string_view name
   RS_ASSIGN_OR_RETURN(std::optional<int64_t> micro, v.Int({"train_micro_batch_size_per_gpu"}));
   RS_ASSIGN_OR_RETURN(std::optional<int64_t> accum, v.Int({"gradient_accumulation_steps"}));
   if (!batch || !micro || !accum) return std::optional<int64_t>();
-  if (*micro < 1 || *accum < 1 || *batch % (*micro * *accum) != 0) {
+  // Unsigned, checked: both are at least 1 there, and the product of two config values may overflow.
+  const std::optional<uint64_t> per_rank =
+      *micro < 1 || *accum < 1 ? std::nullopt
+                               : CheckedMul(static_cast<uint64_t>(*micro), static_cast<uint64_t>(*accum));
+  if (!per_rank || *per_rank > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
+      *batch % static_cast<int64_t>(*per_rank) != 0) {
     return InvalidArgument(std::string(name) + ": train_batch_size " + std::to_string(*batch) +
                            " is not a multiple of train_micro_batch_size_per_gpu * gradient_accumulation_steps (" +
                            std::to_string(*micro) + " * " + std::to_string(*accum) + ")");
   }
-  return std::optional<int64_t>(*batch / (*micro * *accum));
+  return std::optional<int64_t>(*batch / static_cast<int64_t>(*per_rank));
 }
 
 }  // namespace
@@ -179,11 +202,13 @@ Result<Target> ResolveTarget(const ucp::UniversalCheckpoint& ckpt, const nlohman
   RS_ASSIGN_OR_RETURN(auto stage, First<int64_t>(views, [](const ConfigView& v) {
                         return v.Int({"zero_optimization", "stage"});
                       }));
-  t.zero_stage = o.zero_stage ? *o.zero_stage : static_cast<int>(stage.value_or(ckpt.zero_stage()));
+  RS_ASSIGN_OR_RETURN(const int config_stage, NarrowToInt(stage.value_or(ckpt.zero_stage()), "zero_optimization.stage"));
+  t.zero_stage = o.zero_stage ? *o.zero_stage : config_stage;
   RS_ASSIGN_OR_RETURN(auto tp, First<int64_t>(target_only, [](const ConfigView& v) {
                         return v.Int({"tensor_parallel", "autotp_size"});
                       }));
-  t.tp_size = o.tp_size ? *o.tp_size : static_cast<int>(tp.value_or(ckpt.tp_degree()));
+  RS_ASSIGN_OR_RETURN(const int config_tp, NarrowToInt(tp.value_or(ckpt.tp_degree()), "tensor_parallel.autotp_size"));
+  t.tp_size = o.tp_size ? *o.tp_size : config_tp;
   std::optional<int64_t> dp;
   if (!ds_config.is_null()) {
     RS_ASSIGN_OR_RETURN(dp, DpFrom(target, "the target ds_config"));
@@ -195,7 +220,8 @@ Result<Target> ResolveTarget(const ucp::UniversalCheckpoint& ckpt, const nlohman
       *dp /= *tp;
     }
   }
-  t.dp_size = o.dp_size ? *o.dp_size : static_cast<int>(dp.value_or(ckpt.dp_world_size()));
+  RS_ASSIGN_OR_RETURN(const int config_dp, NarrowToInt(dp.value_or(ckpt.dp_world_size()), "the target DP size"));
+  t.dp_size = o.dp_size ? *o.dp_size : config_dp;
   RS_ASSIGN_OR_RETURN(auto lp, First<format::DType>(views, LpFrom));
   t.lp_dtype = o.lp_dtype ? *o.lp_dtype : lp.value_or(format::DType::kFloat32);
   RS_ASSIGN_OR_RETURN(auto rr, First<bool>(views, [](const ConfigView& v) {

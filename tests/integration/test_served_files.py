@@ -144,6 +144,13 @@ REFUSALS = {
     "autotp_rule_missing": (["--tp", "2", "--model-config", "{llama_model}"],
                             "no built-in AutoTP rule of model_type 'llama' matches it"),
     "batch_not_divisible": (["--ds-config", "{bad_batch}"], "train_batch_size 10 is not a multiple of"),
+    # micro batch * accumulation steps is 2^64: the product once overflowed (to 0 here) and the tool divided by it.
+    "batch_product_overflows": (["--ds-config", "{huge_micro_batch}"], "train_batch_size 8 is not a multiple of"),
+    # Once truncated to an int without a word: stage 2^32 + 1 was served as ZeRO-1.
+    "stage_out_of_range": (["--ds-config", "{huge_stage}"], "zero_optimization.stage 4294967297 is out of range"),
+    # A float batch size beyond int64: casting it to an integer was undefined behaviour (UBSan: float-cast-overflow;
+    # on x86 the cast happened to give a value that was refused).
+    "batch_beyond_int64": (["--ds-config", "{float_batch}"], "train_batch_size must be an integer"),
     "missing_config": (["--ds-config", "/nonexistent/ds_config.json"], "/nonexistent/ds_config.json: cannot open"),
     "not_a_ucp": ([], "not a universal checkpoint (no zero/ folder and no latest_universal file)"),
 }
@@ -154,6 +161,11 @@ def test_refusals(refusal: str, reshardfs: Path, run_tool, tmp_path: Path) -> No
     flags, message = REFUSALS[refusal]
     configs = {
         "{bad_batch}": {"train_batch_size": 10, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1},
+        "{huge_micro_batch}": {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2**32,
+                               "gradient_accumulation_steps": 2**32},
+        "{huge_stage}": {"zero_optimization": {"stage": 2**32 + 1}},
+        "{float_batch}": {"train_batch_size": 1e300, "train_micro_batch_size_per_gpu": 1,
+                          "gradient_accumulation_steps": 1},
         "{autotp2}": {"zero_optimization": {"stage": 1}, "tensor_parallel": {"autotp_size": 2}},
         "{gpt2_model}": {"model_type": "gpt2", "num_attention_heads": 4},
         "{llama_model}": {"model_type": "llama", "num_attention_heads": 4, "num_key_value_heads": 2},
