@@ -7,14 +7,17 @@
 #     and test packages; rebuilt only when scripts/requirements*.txt change (a stamp holds their
 #     sha256). It is built beside its final place and moved in only once it works.
 #   - /dev/fuse (a warning only: building and the unit tests do not need it).
+#   - With --fuzz: clang-16 and libFuzzer, for the harnesses of tests/fuzz (scripts/fuzz.sh).
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV=$(realpath -m "${RESHARDFS_VENV:-/opt/reshardfs/venv}")
-REQUIREMENTS=("$REPO/scripts/requirements-torch.txt" "$REPO/scripts/requirements.txt")
+BOOTSTRAP="$REPO/scripts/requirements-bootstrap.txt"
+REQUIREMENTS=("$BOOTSTRAP" "$REPO/scripts/requirements-torch.txt" "$REPO/scripts/requirements.txt")
 STAMP=.reshardfs-requirements.sha256
 DEB_PACKAGES=(build-essential cmake ninja-build pkg-config git libfuse3-dev fuse3 libspdlog-dev catch2
   libcli11-dev nlohmann-json3-dev zlib1g-dev python3 python3-dev pybind11-dev)
+FUZZ_DEB_PACKAGES=(clang-16 libfuzzer-16-dev libclang-rt-16-dev)
 APT_UPDATED=0
 
 log() { printf 'setup: %s\n' "$*"; }
@@ -72,13 +75,17 @@ venv_matches_pins() {
 
 build_venv() {
   local sha=$1 partial="$VENV.partial"
-  log "building the Python venv in $partial (torch + DeepSpeed; several minutes on first run)"
+  log "building the Python venv in $partial (torch + DeepSpeed; a few minutes on first run)"
   rm -rf "$partial" "$VENV.old"
   mkdir -p "$(dirname "$VENV")"
   python3 -m venv --prompt "$(basename "$VENV")" "$partial"
-  "$partial/bin/pip" install -r "${REQUIREMENTS[0]}"
-  "$partial/bin/pip" install setuptools wheel packaging
-  DS_BUILD_OPS=0 "$partial/bin/pip" install --no-build-isolation -r "${REQUIREMENTS[1]}"
+  "$partial/bin/pip" install -q -r "$BOOTSTRAP"
+  # Copies, not links into uv's cache: the venv must outlive the cache.
+  local uv=("$partial/bin/uv" pip install --python "$partial/bin/python" --link-mode copy)
+  "${uv[@]}" -r "${REQUIREMENTS[1]}"
+  "${uv[@]}" setuptools wheel packaging
+  # DeepSpeed builds against the installed torch, without its optional C++ ops (JIT-built when a test needs one).
+  DS_BUILD_OPS=0 "${uv[@]}" --no-build-isolation -r "${REQUIREMENTS[2]}"
   venv_matches_pins "$partial" || die "the new venv in $partial does not match the pins"
   # Paths to the temporary place: bytecode (Python recompiles it on first import) and the
   # interpreter named by the scripts in bin/.
@@ -111,8 +118,13 @@ check_fuse() {
 }
 
 main() {
-  local start=$SECONDS
-  apt_install "${DEB_PACKAGES[@]}"
+  local start=$SECONDS packages=("${DEB_PACKAGES[@]}")
+  case ${1:-} in
+    "") ;;
+    --fuzz) packages+=("${FUZZ_DEB_PACKAGES[@]}") ;;
+    *) die "usage: setup.sh [--fuzz]" ;;
+  esac
+  apt_install "${packages[@]}"
   check_python
   ensure_venv
   check_fuse
