@@ -1,0 +1,93 @@
+#include "tests/fuzz/fuzz_common.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "reshard/plan/checkpoint_plan.h"
+#include "reshard/plan/planned_file.h"
+#include "reshard/plan/source_files.h"
+
+namespace reshard::fuzz {
+namespace fs = std::filesystem;
+
+namespace {
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "fuzz harness set-up failed: %s\n", what.c_str());
+  std::abort();
+}
+
+void WriteFile(const fs::path& path, const char* bytes, size_t size) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes, static_cast<std::streamsize>(size));
+  if (!out) Die("cannot write " + path.string());
+}
+
+}  // namespace
+
+ScratchCheckpoint::ScratchCheckpoint(const std::string& template_dir) : template_dir_(template_dir) {
+  // /dev/shm when there is one: every input rewrites a file, and a disk would make that the bottleneck.
+  std::string base = fs::is_directory("/dev/shm") ? "/dev/shm" : fs::temp_directory_path().string();
+  std::string pattern = base + "/reshardfs-fuzz-XXXXXX";
+  if (mkdtemp(pattern.data()) == nullptr) Die("mkdtemp " + pattern);
+  root_ = pattern;
+  std::error_code error;
+  fs::copy(template_dir_, root_, fs::copy_options::recursive, error);
+  if (error) Die("copy " + template_dir_ + ": " + error.message());
+  for (const auto& entry : fs::recursive_directory_iterator(root_)) {
+    if (entry.is_regular_file()) files_.push_back(fs::relative(entry.path(), root_).string());
+  }
+  std::sort(files_.begin(), files_.end());
+  if (files_.empty()) Die(template_dir_ + " holds no files");
+}
+
+ScratchCheckpoint::~ScratchCheckpoint() {
+  std::error_code ignored;
+  fs::remove_all(root_, ignored);
+}
+
+void ScratchCheckpoint::Replace(size_t index, const uint8_t* bytes, size_t size) {
+  Restore();
+  replaced_ = index % files_.size();
+  WriteFile(fs::path(root_) / files_[replaced_], reinterpret_cast<const char*>(bytes), size);
+}
+
+void ScratchCheckpoint::Restore() {
+  if (replaced_ == SIZE_MAX) return;
+  const std::string& name = files_[replaced_];
+  std::ifstream in(fs::path(template_dir_) / name, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  WriteFile(fs::path(root_) / name, bytes.data(), bytes.size());
+  replaced_ = SIZE_MAX;
+}
+
+std::string SourcePath(const std::string& relative) { return RESHARDFS_SOURCE_DIR "/" + relative; }
+std::string TinyUcp() { return SourcePath("examples/tiny/universal"); }
+std::string Zero3Ucp() { return SourcePath("tests/fixtures/tiny_zero3/universal"); }
+std::string LlamaUcp() { return SourcePath("examples/tiny_llama_tp2/universal"); }
+
+Status PlanAndReadAll(const std::string& ucp, const nlohmann::ordered_json& ds_config,
+                      const plan::TargetOverrides& overrides, const plan::ModelConfig& model, int64_t max_ranks) {
+  RS_ASSIGN_OR_RETURN(ucp::UniversalCheckpoint checkpoint, ucp::UniversalCheckpoint::Open(ucp));
+  RS_ASSIGN_OR_RETURN(plan::Target target, plan::ResolveTarget(checkpoint, ds_config, overrides, model));
+  if (int64_t{target.tp_size} * target.dp_size > max_ranks) return Status::Ok();
+  RS_ASSIGN_OR_RETURN(plan::CheckpointPlan planned, plan::PlanCheckpoint(checkpoint, target));
+  RS_ASSIGN_OR_RETURN(plan::SourceFiles sources, plan::SourceFiles::Open(planned.sources));
+  std::vector<uint8_t> buffer(1 << 16);
+  for (plan::FilePlan& f : planned.files) {
+    RS_ASSIGN_OR_RETURN(plan::PlannedFile file, plan::PlannedFile::Create(std::move(f), planned.sources));
+    for (uint64_t offset = 0; offset < file.size();) {
+      RS_ASSIGN_OR_RETURN(size_t n, file.Read(sources, offset, buffer.data(), buffer.size()));
+      if (n == 0) std::abort();  // Read() promised min(length, size - offset) bytes
+      offset += n;
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace reshard::fuzz
