@@ -69,7 +69,7 @@ run_pytest() {
 
 run_fuzz() {
   local rc=0 ran start=$SECONDS log_file=$REPO/build-fuzz/fuzz.log
-  log "fuzz: every harness for $FUZZ_SECONDS s"
+  log "fuzz: every harness for $FUZZ_SECONDS s (fuzz.sh installs clang-16 and builds build-fuzz/ first)"
   mkdir -p "$REPO/build-fuzz"
   bash "$REPO/scripts/fuzz.sh" "$FUZZ_SECONDS" 2>&1 | tee "$log_file" || rc=$?
   ran=$(grep -cE '^fuzz: +fuzz_[a-z_]+ +PASS' "$log_file" || true)
@@ -112,12 +112,9 @@ main() {
     *) usage ;;
   esac
   (($# <= 1)) || usage
-  local setup_flags=()
-  [[ $TIER == full ]] && setup_flags=(--fuzz)
-  timed setup bash "$REPO/scripts/setup.sh" "${setup_flags[@]}"
+  timed setup bash "$REPO/scripts/setup.sh"
   timed "build release" bash "$REPO/scripts/build.sh" release
   timed "build asan" bash "$REPO/scripts/build.sh" asan
-  [[ $TIER == full ]] && timed "build fuzz" bash "$REPO/scripts/build.sh" fuzz
   export RESHARDFS_BUILD_DIR=$REPO/build RESHARDFS_ASAN_BUILD_DIR=$REPO/build-asan
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
   run_ctest build
