@@ -19,6 +19,7 @@
 #include "fs/namespace.h"
 #include "fs/null_content.h"
 #include "fs/serve_flags.h"
+#include "fs/verify_command.h"
 
 namespace {
 
@@ -81,6 +82,14 @@ int main(int argc, char** argv) {
   reshard::fs::AddTargetFlags(mount_cmd, mount.target);
   reshard::fs::AddServeFlags(mount_cmd, mount.serve);
 
+  reshard::fs::VerifyOptions verify;
+  CLI::App* verify_cmd = app.add_subcommand(
+      "verify", "Check a universal checkpoint (and, with target flags, every file a mount would serve)");
+  verify_cmd->add_option("SRC", verify.source, "Universal checkpoint: its tag folder, or the folder with latest_universal")
+      ->required();
+  reshard::fs::AddTargetFlags(verify_cmd, verify.target);
+  verify_cmd->add_flag("--json", verify.json, "Machine-readable output");
+
   std::string umount_point;
   CLI::App* umount_cmd = app.add_subcommand("umount", "Unmount a reshardfs mount");
   umount_cmd->add_option("MOUNTPOINT", umount_point, "Where it is mounted")->required();
@@ -90,7 +99,7 @@ int main(int argc, char** argv) {
   CLI::App* serve_null_cmd = app.add_subcommand(
       "serve-null", "Serve N files of a fixed pattern, to measure the FUSE transport alone");
   serve_null_cmd->group("");
-  serve_null_cmd->add_option("MOUNTPOINT", serve_null.serve.mountpoint, "An existing directory")->required();
+  serve_null_cmd->add_option("MOUNTPOINT", serve_null.serve.mountpoint, "An existing empty folder")->required();
   serve_null_cmd->add_option("--size", serve_null.size_bytes, "Bytes per file (suffixes: k, M, G, ...)")
       ->transform(CLI::AsSizeValue(false))
       ->required();
@@ -111,6 +120,8 @@ int main(int argc, char** argv) {
     status = reshard::fs::RunMaterialize(materialize, std::cout);
   } else if (app.got_subcommand(mount_cmd)) {
     status = reshard::fs::RunMount(mount);
+  } else if (app.got_subcommand(verify_cmd)) {
+    status = reshard::fs::RunVerify(verify, std::cout);
   } else if (app.got_subcommand(umount_cmd)) {
     status = reshard::fs::Unmount(umount_point);
   } else if (app.got_subcommand(serve_null_cmd)) {

@@ -1,11 +1,18 @@
 #include "fs/served_checkpoint.h"
 
+#include <memory>
 #include <utility>
 
 namespace reshard::fs {
 
 Result<ServedCheckpoint> ServedCheckpoint::Load(const std::string& source, const TargetFlags& flags) {
   RS_ASSIGN_OR_RETURN(ucp::UniversalCheckpoint ckpt, ucp::UniversalCheckpoint::Open(source));
+  return Plan(std::make_shared<const ucp::UniversalCheckpoint>(std::move(ckpt)), flags);
+}
+
+Result<ServedCheckpoint> ServedCheckpoint::Plan(std::shared_ptr<const ucp::UniversalCheckpoint> checkpoint,
+                                                const TargetFlags& flags) {
+  const ucp::UniversalCheckpoint& ckpt = *checkpoint;
   RS_ASSIGN_OR_RETURN(plan::Target target, ResolveTargetFlags(ckpt, flags));
   RS_ASSIGN_OR_RETURN(plan::CheckpointPlan plan, plan::PlanCheckpoint(ckpt, target));
   RS_ASSIGN_OR_RETURN(plan::SourceFiles sources, plan::SourceFiles::Open(plan.sources));
@@ -21,7 +28,7 @@ Result<ServedCheckpoint> ServedCheckpoint::Load(const std::string& source, const
     views->push_back(std::move(view));
   }
   out.target_ = plan.target;
-  out.checkpoint_ = std::make_shared<const ucp::UniversalCheckpoint>(std::move(ckpt));
+  out.checkpoint_ = std::move(checkpoint);
   out.files_ = std::move(files);
   out.views_ = std::move(views);
   out.sources_ = std::make_shared<const plan::SourceFiles>(std::move(sources));

@@ -23,6 +23,9 @@ namespace reshard::fs {
 class ServedCheckpoint {
  public:
   static Result<ServedCheckpoint> Load(const std::string& source, const TargetFlags& flags);
+  // The same from a checkpoint opened already.
+  static Result<ServedCheckpoint> Plan(std::shared_ptr<const ucp::UniversalCheckpoint> checkpoint,
+                                       const TargetFlags& flags);
 
   const plan::Target& target() const { return target_; }
   const ucp::UniversalCheckpoint& checkpoint() const { return *checkpoint_; }

@@ -26,6 +26,11 @@ void AddTargetFlags(CLI::App* command, TargetFlags& flags) {
   command->add_option("--tag", flags.tag, "Checkpoint tag to serve (default: the universal tag without _universal)");
 }
 
+bool AnyTargetFlag(const TargetFlags& flags) {
+  return flags.tp || flags.dp || flags.zero_stage || !flags.lp_dtype.empty() || !flags.ds_config.empty() ||
+         !flags.model_config.empty() || flags.padded_vocab || !flags.tag.empty();
+}
+
 namespace {
 
 // A JSON object from `path`; null when `path` is empty. `what` names the file in messages.

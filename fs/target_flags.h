@@ -26,6 +26,9 @@ struct TargetFlags {
 
 void AddTargetFlags(CLI::App* command, TargetFlags& flags);
 
+// True when any target flag was given (commands for which the target is optional).
+bool AnyTargetFlag(const TargetFlags& flags);
+
 // Reads --ds-config (kNotFound / kInvalidArgument with the path and the JSON error) and applies
 // plan::ResolveTarget.
 Result<plan::Target> ResolveTargetFlags(const ucp::UniversalCheckpoint& checkpoint, const TargetFlags& flags);
