@@ -32,6 +32,12 @@ class FileContent {
   // status fails only this read: the server answers EIO and logs one warning line naming the
   // file's path and the status message, so the message need not repeat the served path.
   virtual Result<size_t> Read(uint64_t offset, uint8_t* out, size_t length) const = 0;
+
+  // Called at each open() of the file; a non-OK status fails that open with EIO and the server
+  // logs one warning line naming the path and the message. For contents computed from files
+  // that may change underneath the mount (a source rewritten in place): the check that they
+  // still hold what the contents were planned from. Thread-safe, like Read().
+  virtual Status CheckOpen() const { return Status::Ok(); }
 };
 
 }  // namespace reshard::fs

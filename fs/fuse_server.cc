@@ -131,6 +131,11 @@ void rs_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
       fuse_reply_err(req, EROFS);
       return;
     }
+    if (const Status check = node->content->CheckOpen(); !check.ok()) {
+      spdlog::warn("{}: open refused: {}", node->path, check.message());
+      fuse_reply_err(req, EIO);
+      return;
+    }
     fi->direct_io = server.direct_io;
     fi->keep_cache = !server.direct_io;  // immutable contents: cached pages stay valid
     fi->noflush = 1;                     // nothing to flush on close; saves a request
@@ -464,10 +469,24 @@ Status RunFusermountUnmount(const std::string& mountpoint) {
   return IoError(mountpoint + ": fusermount3 -u failed" + (output.empty() ? "" : ": " + output));
 }
 
+// A mount over a mount or over files would hide them (and FUSE allows both): refused.
+Status CheckMountpointFree(const std::string& given, const std::string& mountpoint) {
+  RS_ASSIGN_OR_RETURN(const std::optional<std::string> type, MountedType(mountpoint));
+  if (type) return InvalidArgument("mountpoint " + given + ": already mounted (" + *type + "); unmount it first");
+  std::error_code error;
+  const auto entries = std::filesystem::directory_iterator(mountpoint, error);
+  if (error) return ErrnoError("mountpoint " + given, error.value());
+  if (entries != std::filesystem::directory_iterator()) {
+    return InvalidArgument("mountpoint " + given + ": not empty (the mount would hide what it holds)");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status Serve(const Namespace& ns, const ServeOptions& options) {
   RS_ASSIGN_OR_RETURN(const std::string mountpoint, ResolveMountpoint(options.mountpoint));
+  RS_RETURN_IF_ERROR(CheckMountpointFree(options.mountpoint, mountpoint));
   if (!options.single_threaded && options.max_threads == 0) {
     return InvalidArgument("max threads must be at least 1");
   }

@@ -18,8 +18,9 @@
 // - Requests are up to 1 MiB (max_write, from which libfuse 3.14 derives max_pages, which caps
 //   reads too). Buffered reads are further cut to the kernel's readahead window.
 //
-// Errors: a FileContent::Read() error fails that one read with EIO and logs one spdlog warning
-// naming the path; every other read goes on being served.
+// Errors: a FileContent::Read() error fails that one read with EIO, and a
+// FileContent::CheckOpen() error that one open; each logs one spdlog warning naming the path, and
+// everything else goes on being served.
 #pragma once
 
 #include <string>
@@ -31,7 +32,7 @@
 namespace reshard::fs {
 
 struct ServeOptions {
-  std::string mountpoint;        // an existing directory
+  std::string mountpoint;        // an existing empty directory that nothing is mounted on
   bool foreground = false;       // false: detach into the background once mounted
   bool direct_io = false;        // bypass the page cache: every read() becomes FUSE requests
   bool single_threaded = false;  // serve requests on the calling thread only
@@ -44,11 +45,12 @@ struct ServeOptions {
 // (`reshardfs umount`, `fusermount3 -u`, umount(8)) or the process gets SIGINT, SIGTERM or
 // SIGHUP, which unmount it. Returns OK after such an ending.
 //
-// Every error before the mount exists (bad mountpoint, bad option, no /dev/fuse, mount refused)
-// is returned with libfuse's own explanation in the message, and nothing stays mounted. With
-// foreground == false the process forks after mounting: the parent exits 0 (the mount is then
-// ready) and the child serves, with its standard streams on /dev/null and "/" as its working
-// directory. With foreground == true the working directory is left alone.
+// Every error before the mount exists (a missing, non-empty or already-mounted mountpoint, a bad
+// option, no /dev/fuse, mount refused) is returned with libfuse's own explanation in the
+// message, and nothing stays mounted. With foreground == false the process forks after
+// mounting: the parent exits 0 (the mount is then ready) and the child serves, with its standard
+// streams on /dev/null and "/" as its working directory. With foreground == true the working
+// directory is left alone.
 //
 // Process-wide effects while it runs: FUSE's signal handlers for SIGINT, SIGTERM and SIGHUP
 // (SIGPIPE ignored) and libfuse's log sink (sent to spdlog); both are restored on return. Call

@@ -1,6 +1,8 @@
 // PlannedContent and SafetensorsContent: a target file of the served checkpoint (a
 // plan::PlannedFile), and its safetensors view, as FUSE files. Reads are the planned file's reads
-// over the shared source files: arithmetic, pread and memcpy, no lock. Immutable; thread-safe.
+// over the shared source files: arithmetic, pread and memcpy, no lock. An open fails (EIO) once a
+// source file the planned file reads was rewritten in place since the mount
+// (SourceFiles::CheckUnchanged); handles opened before go on reading the current bytes. Immutable; thread-safe.
 // They share ownership of the planned files and sources, so they stay valid as long as the
 // Namespace holding them.
 #pragma once
@@ -25,6 +27,7 @@ class PlannedContent final : public FileContent {
   Result<size_t> Read(uint64_t offset, uint8_t* out, size_t length) const override {
     return file_->Read(*sources_, offset, out, length);
   }
+  Status CheckOpen() const override { return sources_->CheckUnchanged(file_->sources_read()); }
 
  private:
   std::shared_ptr<const std::vector<plan::PlannedFile>> files_;
@@ -44,6 +47,7 @@ class SafetensorsContent final : public FileContent {
   Result<size_t> Read(uint64_t offset, uint8_t* out, size_t length) const override {
     return view_->Read(*file_, *sources_, offset, out, length);
   }
+  Status CheckOpen() const override { return sources_->CheckUnchanged(file_->sources_read()); }
 
  private:
   std::shared_ptr<const std::vector<plan::PlannedFile>> files_;

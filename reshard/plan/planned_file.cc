@@ -51,11 +51,14 @@ Result<PlannedFile> PlannedFile::Create(FilePlan plan, const std::vector<Source>
         return Internal(plan.path + ": storage " + s.key + " reads " + sources[e.source].path + " as the wrong dtype");
       }
       out.source_bytes_ += e.gather.numel() * format::ItemSize(sources[e.source].dtype);
+      out.sources_read_.push_back(e.source);
     }
     if (pos != s.numel) return Internal(plan.path + ": storage " + s.key + " extents do not cover it");
     starts.push_back(pos);
     out.extent_starts_.push_back(std::move(starts));
   }
+  std::sort(out.sources_read_.begin(), out.sources_read_.end());
+  out.sources_read_.erase(std::unique(out.sources_read_.begin(), out.sources_read_.end()), out.sources_read_.end());
   RS_ASSIGN_OR_RETURN(format::TorchArchiveLayout layout,
                       format::LayoutTorchArchive(plan.tree, specs, 64, BaseName(plan.path)));
   out.file_ = std::move(layout.zip.file);

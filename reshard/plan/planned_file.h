@@ -37,6 +37,9 @@ class PlannedFile {
   uint64_t storage_bytes() const { return storage_bytes_; }
   // Source bytes one full read of the file reads (each extent once).
   uint64_t source_bytes() const { return source_bytes_; }
+  // The sources the file reads (indices into the plan's source table), ascending, each once:
+  // what SourceFiles::CheckUnchanged is given before the file is served.
+  const std::vector<uint32_t>& sources_read() const { return sources_read_; }
 
   // Copies min(length, size() - offset) bytes at `offset` into `out`; returns the count.
   // Errors: the first SourceFiles error (naming the source file).
@@ -57,6 +60,7 @@ class PlannedFile {
   std::vector<std::vector<uint64_t>> extent_starts_;  // per storage: first element of each extent, then numel
   uint64_t storage_bytes_ = 0;
   uint64_t source_bytes_ = 0;
+  std::vector<uint32_t> sources_read_;
 };
 
 }  // namespace reshard::plan

@@ -5,16 +5,23 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <map>
 
 #include "reshard/base/checked_math.h"
 
 namespace reshard::plan {
+namespace {
+
+int64_t MtimeNs(const struct stat& st) {
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+}
+
+}  // namespace
 
 Result<SourceFiles> SourceFiles::Open(const std::vector<Source>& sources) {
   SourceFiles out;
   std::map<std::string, uint32_t> opened;
-  std::vector<uint64_t> sizes;
   for (const Source& s : sources) {
     auto [it, inserted] = opened.try_emplace(s.path, static_cast<uint32_t>(out.files_.size()));
     if (inserted) {
@@ -24,12 +31,12 @@ Result<SourceFiles> SourceFiles::Open(const std::vector<Source>& sources) {
       if (::fstat(fd.get(), &st) != 0) return ErrnoError(s.path, errno);
       out.files_.push_back(std::move(fd));
       out.paths_.push_back(s.path);
-      sizes.push_back(static_cast<uint64_t>(st.st_size));
+      out.states_.push_back(FileState{static_cast<uint64_t>(st.st_size), MtimeNs(st)});
     }
     const uint32_t itemsize = format::ItemSize(s.dtype);
     const std::optional<uint64_t> bytes = CheckedMul(s.numel, itemsize);
-    if (!bytes || !RangeFits(s.data_offset, *bytes, sizes[it->second])) {
-      return Corrupt(s.path + ": holds " + std::to_string(sizes[it->second]) + " bytes, a tensor at offset " +
+    if (!bytes || !RangeFits(s.data_offset, *bytes, out.states_[it->second].size)) {
+      return Corrupt(s.path + ": holds " + std::to_string(out.states_[it->second].size) + " bytes, a tensor at offset " +
                      std::to_string(s.data_offset) + " needs " + std::to_string(s.numel) + " x " +
                      std::to_string(itemsize) + " bytes more");
     }
@@ -60,6 +67,28 @@ Status SourceFiles::ReadElements(uint32_t source, uint64_t first, uint64_t count
     out += n;
     offset += static_cast<uint64_t>(n);
     left -= static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
+Status SourceFiles::CheckUnchanged(const std::vector<uint32_t>& sources) const {
+  uint32_t last_file = UINT32_MAX;  // sources of one file are usually neighbours: fstat it once
+  for (const uint32_t source : sources) {
+    if (source >= entries_.size()) return OutOfRange("no source " + std::to_string(source));
+    const uint32_t file = entries_[source].file;
+    if (file == last_file) continue;
+    last_file = file;
+    struct stat st;
+    if (::fstat(files_[file].get(), &st) != 0) return ErrnoError(paths_[file], errno);
+    const FileState& then = states_[file];
+    if (static_cast<uint64_t>(st.st_size) != then.size) {
+      return IoError(paths_[file] + ": changed since it was opened (" + std::to_string(then.size) + " bytes, now " +
+                     std::to_string(st.st_size) + "); mount again to serve the new checkpoint");
+    }
+    if (MtimeNs(st) != then.mtime_ns) {
+      return IoError(paths_[file] + ": rewritten since it was opened (modification time changed); mount again to "
+                     "serve the new checkpoint");
+    }
   }
   return Status::Ok();
 }

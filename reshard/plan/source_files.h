@@ -6,6 +6,11 @@
 //
 // Thread safety: immutable after Open(); ReadElements may run concurrently from any number of
 // threads. Movable, not copyable. Public header: C++17.
+//
+// A source changed after Open: a file renamed over or deleted goes on being read through the
+// descriptor opened here (the bytes the plan was made from); a file rewritten in place (the same
+// inode: truncated, or written with other bytes, as torch.save over an existing path does) is
+// caught by CheckUnchanged, which compares its size and modification time with Open's.
 #pragma once
 
 #include <cstdint>
@@ -33,7 +38,17 @@ class SourceFiles {
   // pread fails or the file ends early (it was truncated after Open).
   Status ReadElements(uint32_t source, uint64_t first, uint64_t count, uint8_t* out) const;
 
+  // OK when every file holding one of `sources` still has the size and modification time it had
+  // at Open (one fstat per distinct file). Otherwise kIoError naming the first file that changed
+  // and how: the bytes it now holds are not what the plan was made from. Thread-safe.
+  Status CheckUnchanged(const std::vector<uint32_t>& sources) const;
+
  private:
+  struct FileState {
+    uint64_t size = 0;
+    int64_t mtime_ns = 0;
+  };
+
   struct Entry {
     uint32_t file = 0;  // index into files_/paths_
     uint64_t data_offset = 0;
@@ -43,6 +58,7 @@ class SourceFiles {
 
   std::vector<UniqueFd> files_;
   std::vector<std::string> paths_;
+  std::vector<FileState> states_;  // per file, as fstat saw it at Open
   std::vector<Entry> entries_;
 };
 
