@@ -4,7 +4,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 
@@ -29,17 +32,31 @@ Status WriteWhole(int fd, const uint8_t* data, size_t n, const std::string& path
   return Status::Ok();
 }
 
-// Writes `size` bytes that `read(offset, out, length)` produces to a new file at `path`.
+// Writes the `size` bytes that `read(offset, out, length)` produces to `partial`, a new file.
 template <typename Read>
-Status WriteFile(const std::string& path, uint64_t size, Read read, uint8_t* buffer) {
-  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
-  if (!fd.valid()) return ErrnoError(path, errno);
+Status WriteBytes(const std::string& partial, uint64_t size, Read read, uint8_t* buffer) {
+  UniqueFd fd(::open(partial.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  if (!fd.valid()) return ErrnoError(partial, errno);
   for (uint64_t offset = 0; offset < size;) {
     RS_ASSIGN_OR_RETURN(size_t n, read(offset, buffer, kChunkBytes));
-    RS_RETURN_IF_ERROR(WriteWhole(fd.get(), buffer, n, path));
+    RS_RETURN_IF_ERROR(WriteWhole(fd.get(), buffer, n, partial));
     offset += n;
   }
+  // close() is where some filesystems (NFS, quota) first report a failed write.
+  if (::close(fd.release()) != 0) return ErrnoError(partial, errno);
   return Status::Ok();
+}
+
+// Writes the file at `path` through ".<name>.partial" beside it, renamed once complete and
+// removed on any error, so `path` exists only with all its bytes.
+template <typename Read>
+Status WriteFile(const std::string& path, uint64_t size, Read read, uint8_t* buffer) {
+  const std::filesystem::path final_path(path);
+  const std::string partial = (final_path.parent_path() / ("." + final_path.filename().string() + ".partial")).string();
+  Status status = WriteBytes(partial, size, read, buffer);
+  if (status.ok() && ::rename(partial.c_str(), path.c_str()) != 0) status = ErrnoError(path, errno);
+  if (!status.ok()) ::unlink(partial.c_str());
+  return status;
 }
 
 }  // namespace
@@ -72,10 +89,13 @@ Status RunMaterialize(const MaterializeOptions& options, std::ostream& out) {
     out << path << " " << view.size() << "\n";
   }
   const std::string latest = (root / "latest").string();
-  UniqueFd fd(::open(latest.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
-  if (!fd.valid()) return ErrnoError(latest, errno);
-  RS_RETURN_IF_ERROR(WriteWhole(fd.get(), reinterpret_cast<const uint8_t*>(served.tag().data()), served.tag().size(), latest));
-  out << latest << " " << served.tag().size() << "\n";
+  const std::string& tag = served.tag();
+  RS_RETURN_IF_ERROR(WriteFile(latest, tag.size(), [&](uint64_t offset, uint8_t* to, size_t n) -> Result<size_t> {
+    const size_t count = std::min<uint64_t>(n, tag.size() - offset);
+    std::memcpy(to, tag.data() + offset, count);
+    return count;
+  }, buffer.get()));
+  out << latest << " " << tag.size() << "\n";
   return Status::Ok();
 }
 

@@ -2,6 +2,11 @@
 // disk (OUT_DIR/latest, OUT_DIR/<tag>/... and the safetensors views in OUT_DIR/<tag>/safetensors/),
 // byte for byte what `mount` serves (run-folder files, which mount passes through, are not copied). For users
 // without FUSE, and for tests that compare the served bytes with DeepSpeed's own files.
+//
+// A run that fails (a full disk, a source that cannot be read) leaves nothing that looks complete:
+// each file is written under a temporary name (".<name>.partial") and renamed to its own name
+// only once all its bytes are written, the partial file is removed on an error, and `latest`,
+// which makes the folder a checkpoint to DeepSpeed, is written last.
 #pragma once
 
 #include <ostream>

@@ -27,6 +27,8 @@ class UniqueFd {
 
   int get() const { return fd_; }
   bool valid() const { return fd_ >= 0; }
+  // Gives up ownership: returns the descriptor, which the caller must close (to see close's error).
+  int release() { return std::exchange(fd_, -1); }
 
  private:
   void Reset() {
