@@ -14,6 +14,9 @@ import os
 import random
 import signal
 import stat
+import subprocess
+import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -215,3 +218,89 @@ def test_bad_fuse_option_is_one_error_line(reshardfs: Path, mountpoint: Path, ru
     assert result.stderr == ("reshardfs: error: cannot start a FUSE session: "
                              "fuse: unknown option(s): `-o no_such_option'\n"), result  # fmt: skip
     assert not os.path.ismount(mountpoint)
+
+
+READ_FOREVER = """
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+print("reading", flush=True)
+while True:
+    os.pread(fd, int(sys.argv[2]), 0)
+"""
+
+
+def start_reader(path: Path, length: int) -> subprocess.Popen:
+    """A process that reads `length` bytes of `path` at offset 0 over and over; returns once it has opened it."""
+    reader = subprocess.Popen([sys.executable, "-c", READ_FOREVER, str(path), str(length)], stdout=subprocess.PIPE)
+    assert reader.stdout is not None and reader.stdout.readline() == b"reading\n"
+    return reader
+
+
+def test_a_reader_killed_in_a_read_leaves_the_server_serving(serve: Callable[..., Server]) -> None:
+    """SIGKILL to a reader whose read is in flight (direct_io: every read() is FUSE requests, 3 MiB each here): the
+    kernel drops the request's reply; the server logs nothing and goes on serving every byte."""
+    server = serve("direct-io")
+    reader = start_reader(server.mountpoint / "null_0", SIZE)
+    time.sleep(0.3)
+    reader.kill()
+    assert reader.wait() == -signal.SIGKILL
+    assert (server.mountpoint / "null_0").read_bytes() == expected(0, SIZE)
+    assert server.process.poll() is None
+    assert stop_server(server) == 0
+    assert server.stderr() == ""
+
+
+def test_umount_while_a_reader_is_active_refuses_and_keeps_serving(serve: Callable[..., Server], reshardfs: Path,
+                                                                  run_tool) -> None:
+    """`reshardfs umount` while a process reads a file: one error line naming the busy mount; the reader is not
+    disturbed; once it exits the same command unmounts."""
+    server = serve()
+    reader = start_reader(server.mountpoint / "null_1", 4096)
+    try:
+        busy = run_tool(reshardfs, "umount", server.mountpoint)
+        assert busy.returncode == 1 and busy.stdout == "", busy
+        assert busy.stderr.count("\n") == 1 and "Device or resource busy" in busy.stderr, busy
+        assert busy.stderr.startswith(f"reshardfs: error: {server.mountpoint}: fusermount3 -u failed: "), busy
+        assert reader.poll() is None and os.path.ismount(server.mountpoint)
+    finally:
+        reader.kill()
+        reader.wait()
+    done = run_tool(reshardfs, "umount", server.mountpoint)
+    assert done.returncode == 0, done
+    assert server.wait() == 0 and not os.path.ismount(server.mountpoint)
+
+
+def test_umount_cleans_up_after_a_killed_server(serve: Callable[..., Server], reshardfs: Path, run_tool) -> None:
+    """SIGKILL to the server leaves a dead mount ("Transport endpoint is not connected"); `reshardfs umount` removes
+    it, and the folder can be mounted again."""
+    server = serve()
+    server.process.kill()
+    assert server.wait() == -signal.SIGKILL
+    with pytest.raises(OSError) as dead:
+        os.stat(server.mountpoint / "null_0")
+    assert dead.value.errno == errno.ENOTCONN
+    result = run_tool(reshardfs, "umount", server.mountpoint)
+    assert result.returncode == 0 and result.stderr == "", result
+    assert not os.path.ismount(server.mountpoint) and os.listdir(server.mountpoint) == []
+    again = serve()
+    assert (again.mountpoint / "null_2").read_bytes()[:PERIOD] == expected(0, PERIOD)
+
+
+def test_mounting_on_a_non_empty_folder_is_refused(reshardfs: Path, mountpoint: Path, run_tool) -> None:
+    """The mount would hide the folder's files: refused, nothing mounted, the files untouched."""
+    (mountpoint / "keep.txt").write_text("mine")
+    result = run_tool(reshardfs, "serve-null", mountpoint, "--size", "1M", "-f")
+    assert result.returncode == 1 and result.stdout == "", result
+    assert result.stderr == (f"reshardfs: error: mountpoint {mountpoint}: not empty "
+                             "(the mount would hide what it holds)\n"), result  # fmt: skip
+    assert not os.path.ismount(mountpoint) and (mountpoint / "keep.txt").read_text() == "mine"
+
+
+def test_mounting_on_a_mounted_folder_is_refused(serve: Callable[..., Server], reshardfs: Path, run_tool) -> None:
+    """A second mount on the same folder would shadow the first: refused; the first goes on serving."""
+    server = serve()
+    result = run_tool(reshardfs, "serve-null", server.mountpoint, "--size", "1M", "-f")
+    assert result.returncode == 1 and result.stdout == "", result
+    assert result.stderr == (f"reshardfs: error: mountpoint {server.mountpoint}: already mounted (fuse.reshardfs); "
+                             "unmount it first\n"), result  # fmt: skip
+    assert (server.mountpoint / "null_0").read_bytes() == expected(0, SIZE)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import subprocess
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -80,10 +82,11 @@ def test_round_trip_through_the_mount_with_mmap(mount) -> None:
 
 
 def test_concurrent_random_reads_equal_sequential_reads(mount) -> None:
+    """16 threads read random ranges of every file at once and get exactly the bytes of a sequential read."""
     server = mount(UCP, "--dp", "4", "--lp-dtype", "bf16")
     files = sorted(p for p in server.mountpoint.rglob("*.pt"))
     sequential = {p: p.read_bytes() for p in files}
-    assert concurrent_read_mismatches(sequential, reads=300) == []
+    assert concurrent_read_mismatches(sequential, threads=16, reads=200) == []
 
 
 def copy_ucp(tmp_path: Path) -> Path:
@@ -124,6 +127,79 @@ def test_truncated_source_fails_only_the_reads_that_need_it(mount, tmp_path: Pat
     assert failed == [2, 3]
     assert "exp_avg.pt" in server.stderr() and "warn" in server.stderr().lower(), server.stderr()
     assert stop_server(server) == 0  # still unmounts cleanly
+
+
+def optim_file(rank: int) -> str:
+    return f"{TAG}/zero_pp_rank_{rank}_mp_rank_00_optim_states.pt"
+
+
+def test_source_replaced_by_a_new_file_keeps_serving_what_was_planned(mount, reshardfs: Path, run_tool,
+                                                                      tmp_path: Path) -> None:
+    """A source file renamed over (a new inode, as an atomic re-save makes it): the mount goes on reading the file it
+    opened, so every served byte is still the checkpoint it planned from."""
+    run = copy_ucp(tmp_path)
+    expected = tree_bytes(materialized(reshardfs, run_tool, run, tmp_path / "materialized", "--dp", "4"))
+    server = mount(run, "--dp", "4")
+    victim = next(run.glob("*/zero/head.weight/exp_avg.pt"))
+    replacement = victim.with_name("replacement.pt")
+    shutil.copyfile(victim.with_name("exp_avg_sq.pt"), replacement)  # same layout, other values
+    os.replace(replacement, victim)
+    for rank in range(4):
+        assert (server.mountpoint / optim_file(rank)).read_bytes() == expected[optim_file(rank)]
+    assert stop_server(server) == 0 and "warn" not in server.stderr().lower(), server.stderr()
+
+
+def test_source_rewritten_in_place_fails_the_opens_that_need_it(mount, tmp_path: Path) -> None:
+    """A source file rewritten in place (the same inode, new bytes, as torch.save over an existing path does): the
+    served files that read it no longer match their plan, so opening one fails with EIO and the server logs which
+    source changed; files that do not read it are still served."""
+    run = copy_ucp(tmp_path)
+    server = mount(run, "--dp", "4")
+    victim = next(run.glob("*/zero/head.weight/exp_avg.pt"))
+    data = bytearray(victim.read_bytes())
+    data[-200:-100] = bytes(100)  # inside the tensor bytes, before the zip directory
+    time.sleep(0.01)  # a modification time the kernel's clock can tell from the mount's
+    with open(victim, "r+b") as f:
+        f.write(data)
+    assert (server.mountpoint / TAG / "mp_rank_00_model_states.pt").read_bytes()  # reads fp32.pt only
+    failed = []
+    for rank in range(4):
+        try:
+            (server.mountpoint / optim_file(rank)).read_bytes()
+        except OSError as error:
+            assert error.errno == errno.EIO, error
+            failed.append(rank)
+    assert failed == [2, 3]  # the ranks whose partition holds head.weight (see the truncation test)
+    log = server.stderr()
+    assert f"{optim_file(2)}: open refused: {victim}: rewritten since it was opened" in log, log
+    assert stop_server(server) == 0
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 96 KiB tmpfs: room for part of a materialized checkpoint, not all of it."""
+    disk = tmp_path / "small_disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96k", "tmpfs", disk], check=True, capture_output=True)
+    yield disk
+    subprocess.run(["umount", disk], check=True, capture_output=True)
+
+
+def test_materialize_into_a_full_disk_leaves_nothing_that_looks_complete(reshardfs: Path, run_tool, tmp_path: Path,
+                                                                         small_disk: Path) -> None:
+    """materialize runs out of space: one error line (ENOSPC, naming the file), no `latest` (so DeepSpeed does not
+    see a checkpoint), no partial file left, and each file that is there holds all its bytes."""
+    expected = tree_bytes(materialized(reshardfs, run_tool, UCP, tmp_path / "reference", "--dp", "4"))
+    assert sum(map(len, expected.values())) > 96 * 1024
+    out = small_disk / "out"
+    result = run_tool(reshardfs, "materialize", UCP, out, "--dp", "4")
+    assert result.returncode == 1, result
+    assert result.stderr.count("\n") == 1 and "No space left on device" in result.stderr, result
+    written = tree_bytes(out)
+    assert "latest" not in written and written, written.keys()
+    assert not [name for name in written if name.endswith(".partial")], written.keys()
+    for name, data in written.items():
+        assert data == expected[name], f"{name}: {len(data)} of {len(expected[name])} bytes"
 
 
 def test_refusal_mounts_nothing(reshardfs: Path, run_tool, tmp_path: Path) -> None:
