@@ -74,7 +74,9 @@ using DictKeyIndex = std::unordered_map<NodeId, size_t, StrKeyHash, StrKeyEq>;
 
 class Unpickler {
  public:
-  Unpickler(std::string_view input, const PickleLimits& limits) : input_(input), limits_(limits) {}
+  Unpickler(std::string_view input, const PickleLimits& limits)
+      : input_(input), limits_(limits),
+        node_limit_(std::min(limits.max_nodes, limits.max_tree_bytes / kBytesPerNode)) {}
 
   Result<PickleTree> Run();
 
@@ -147,6 +149,10 @@ class Unpickler {
 
   PickleTree tree_;
   std::vector<uint32_t> depth_;  // per node of tree_, see PickleLimits::max_depth
+  // What a node costs in the arena and depth_ (its child lists and payload are bounded by the
+  // input's size, not by the node count).
+  static constexpr uint64_t kBytesPerNode = sizeof(Node) + sizeof(uint32_t);
+  const uint64_t node_limit_;  // max_nodes, lowered to what max_tree_bytes holds
   std::vector<NodeId> stack_;
   std::vector<size_t> marks_;  // stack_.size() at each open MARK
   std::unordered_map<uint32_t, NodeId> memo_;
@@ -162,6 +168,11 @@ Result<PickleTree> Unpickler::Run() {
     return Unsupported("offset 0: expected PROTO (protocols 2 to 5), found " + found + " " +
                        HexByte(first) + " (protocols 0 and 1 are not supported)");
   }
+  // Every opcode that makes a node takes at least one byte, so no pickle makes more nodes than
+  // it has bytes: reserving that many (within the limit) means the arena never reallocates.
+  const uint64_t most_nodes = std::min<uint64_t>(node_limit_ + 1, input_.size());
+  tree_.Reserve(static_cast<size_t>(most_nodes));
+  depth_.reserve(static_cast<size_t>(most_nodes));
   while (!stopped_) {
     if (pos_ >= input_.size()) {
       return Corrupt("offset " + std::to_string(pos_) + ": truncated: input ends before STOP");
@@ -428,9 +439,12 @@ uint64_t Unpickler::DepthOver(const NodeId* items, size_t count) const {
 // Records the depth of the node just added and pushes it. Every node added to tree_ passes
 // through here, so depth_ stays parallel to the arena and the node count is checked once.
 Status Unpickler::Adopt(NodeId id, uint64_t depth) {
-  if (tree_.size() > limits_.max_nodes) {
+  if (tree_.size() > node_limit_) {
     return Fail(StatusCode::kResourceExhausted,
-                "node limit " + std::to_string(limits_.max_nodes) + " exceeded");
+                "node limit " + std::to_string(node_limit_) + " exceeded" +
+                    (node_limit_ < limits_.max_nodes
+                         ? " (the tree's " + std::to_string(limits_.max_tree_bytes) + "-byte budget)"
+                         : ""));
   }
   if (depth > limits_.max_depth) {
     return Fail(StatusCode::kResourceExhausted, "nesting depth " + std::to_string(depth) +

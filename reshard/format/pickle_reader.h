@@ -70,6 +70,12 @@ struct PickleLimits {
   uint32_t max_depth = 512;
   // Nodes in the resulting tree (every pushed value, including intermediate ones).
   uint64_t max_nodes = uint64_t{1} << 24;
+  // Memory the node arena may take: the node limit is also max_tree_bytes / (bytes per node,
+  // about 170), 128 MiB being some 800,000 nodes, several times what the model-states file of a
+  // dense model with thousands of parameters needs. The arena is reserved up front for as many
+  // nodes as the input could make (one per byte at most) within this bound, so it never holds
+  // two copies while growing, and a hostile pickle is refused before it costs more.
+  uint64_t max_tree_bytes = uint64_t{128} << 20;
   // Distinct memo ids stored. Ids may be sparse (LONG_BINPUT 4294967295 costs one entry).
   uint32_t max_memo_entries = uint32_t{1} << 20;
   // Items on the value stack; also bounds the number of open MARKs.

@@ -88,6 +88,9 @@ class PickleTree {
   size_t size() const { return nodes_.size(); }
   bool valid(NodeId id) const { return id < nodes_.size(); }
   NodeId root() const { return root_; }
+  // Room for `count` nodes without moving the arena (std::vector::reserve: pages are touched
+  // only as nodes are added).
+  void Reserve(size_t count) { nodes_.reserve(count); }
   void set_root(NodeId id) { root_ = id; }
 
   // ---- builders: each appends one node and returns its id ----

@@ -648,6 +648,14 @@ TEST_CASE("pickle reader error: node, stack, mark and payload limits", "[format]
                                      .Stop();
   CHECK(ParseError(four_nones, limits).message() == "offset 8: NONE: node limit 3 exceeded");
 
+  // The arena's byte budget lowers the node limit to what it holds, and says so.
+  limits = PickleLimits();
+  limits.max_tree_bytes = 3 * (sizeof(Node) + sizeof(uint32_t));
+  CHECK(ParseError(four_nones, limits).message() ==
+        "offset 8: NONE: node limit 3 exceeded (the tree's " + std::to_string(limits.max_tree_bytes) + "-byte budget)");
+  limits.max_tree_bytes = 4 * (sizeof(Node) + sizeof(uint32_t));
+  CHECK(MustParse(four_nones, limits).size() == 4);
+
   limits = PickleLimits();
   limits.max_stack = 2;
   const std::string three = Asm().Int1(1).Int1(2).Int1(3).Op(PickleOp::kTuple3).Stop();
