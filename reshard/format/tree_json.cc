@@ -36,6 +36,14 @@ class Encoder {
     if (++emitted_ > limits_.max_nodes) {
       return ResourceExhausted("more than " + std::to_string(limits_.max_nodes) + " nodes to print");
     }
+    const Node& n = tree_.node(id);
+    const uint64_t text = n.kind == NodeKind::kBytes || n.kind == NodeKind::kByteArray ? 2 * n.text.size()
+                                                                                        : n.text.size() + n.text2.size();
+    spent_ += kBytesPerNode + text;
+    if (spent_ > limits_.max_bytes) {
+      return ResourceExhausted("more than " + std::to_string(limits_.max_bytes) +
+                               " bytes to print (shared values are printed at each reference)");
+    }
     if (on_path_[id]) return Unsupported("the pickle contains a cycle");
     on_path_[id] = true;
     Result<Json> out = EncodeNode(id, depth);
@@ -132,6 +140,8 @@ class Encoder {
   const TreeJsonLimits limits_;
   std::vector<bool> on_path_;
   uint64_t emitted_ = 0;
+  uint64_t spent_ = 0;  // estimated bytes of the JSON so far
+  static constexpr uint64_t kBytesPerNode = 128;
 };
 
 }  // namespace

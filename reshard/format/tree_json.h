@@ -11,8 +11,10 @@
 //   a tensor rebuild (torch_tensor.h) -> {"tensor": {"dtype", "shape", "stride",
 //   "storage_offset", "storage", "requires_grad"}}.
 //
-// Expansion is bounded: nesting deeper than `max_depth` or more than `max_nodes` emitted nodes
-// (a DAG can expand exponentially) is kResourceExhausted; a cycle is kUnsupported.
+// Expansion is bounded: nesting deeper than `max_depth`, more than `max_nodes` emitted nodes or
+// more than `max_bytes` of estimated JSON (a DAG can expand exponentially, and one shared bytes
+// object printed at each of its references multiplies its hex) is kResourceExhausted; a cycle is
+// kUnsupported.
 // Public header: C++17.
 #pragma once
 
@@ -28,6 +30,9 @@ namespace reshard::format {
 struct TreeJsonLimits {
   uint32_t max_depth = 512;
   uint64_t max_nodes = 1u << 24;
+  // Estimated memory of the JSON: 128 bytes per emitted node plus the text it holds (strings,
+  // names, decimal ints, bytes as hex).
+  uint64_t max_bytes = uint64_t{96} << 20;
 };
 
 Result<nlohmann::ordered_json> TreeToJson(const PickleTree& tree, NodeId root,

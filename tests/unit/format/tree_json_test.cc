@@ -2,6 +2,8 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <string>
+#include <vector>
 
 namespace reshard::format {
 namespace {
@@ -48,6 +50,17 @@ TEST_CASE("TreeToJson bounds depth, expansion and cycles", "[format]") {
     auto json = TreeToJson(t, cur, TreeJsonLimits{512, 100000});
     REQUIRE_FALSE(json.ok());
     CHECK(json.status().code() == StatusCode::kResourceExhausted);
+  }
+  SECTION("one shared bytes object printed at every reference") {
+    PickleTree t;
+    const NodeId blob = t.AddBytes(std::string(64 << 10, 'x'));  // 128 KiB of hex each time
+    const NodeId list = t.AddList(std::vector<NodeId>(100, blob));
+    CHECK(TreeToJson(t, list, TreeJsonLimits{512, 1u << 20, 16u << 20}).ok());
+    auto json = TreeToJson(t, list, TreeJsonLimits{512, 1u << 20, 8u << 20});
+    REQUIRE_FALSE(json.ok());
+    CHECK(json.status().code() == StatusCode::kResourceExhausted);
+    CHECK(json.status().message() ==
+          "more than 8388608 bytes to print (shared values are printed at each reference)");
   }
   SECTION("cycle") {
     PickleTree t;
