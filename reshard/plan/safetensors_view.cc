@@ -15,6 +15,9 @@ using format::NodeId;
 
 // Deep enough for every DeepSpeed file (the optimizer state nests 5 levels); bounds recursion.
 constexpr int kMaxNameDepth = 64;
+// A value shared by reference is named at each reference, so a small DAG (lists that each hold
+// the next one twice) has exponentially many paths: the walk stops after this many values.
+constexpr uint64_t kMaxVisits = uint64_t{1} << 22;
 
 struct Found {
   std::string name;
@@ -22,8 +25,12 @@ struct Found {
 };
 
 Status Collect(const format::PickleTree& tree, NodeId id, const std::string& name, int depth,
-               std::set<NodeId>& open, std::vector<Found>& out) {
+               std::set<NodeId>& open, uint64_t& visits, std::vector<Found>& out) {
   if (depth > kMaxNameDepth || open.count(id) != 0) return Status::Ok();  // too deep, or a cycle
+  if (++visits > kMaxVisits) {
+    return ResourceExhausted("naming its tensors reaches more than " + std::to_string(kMaxVisits) +
+                             " values (values shared by reference count at each reference)");
+  }
   RS_ASSIGN_OR_RETURN(std::optional<format::TensorRef> tensor, format::MatchTensor(tree, id));
   if (tensor) {
     if (!name.empty() && tensor->is_contiguous()) out.push_back({name, std::move(*tensor)});
@@ -41,11 +48,11 @@ Status Collect(const format::PickleTree& tree, NodeId id, const std::string& nam
       } else {
         continue;
       }
-      RS_RETURN_IF_ERROR(Collect(tree, (*items)[i + 1], child(key), depth + 1, open, out));
+      RS_RETURN_IF_ERROR(Collect(tree, (*items)[i + 1], child(key), depth + 1, open, visits, out));
     }
   } else if (const std::vector<NodeId>* seq = format::SequenceItems(tree, id)) {
     for (size_t i = 0; i < seq->size(); ++i) {
-      RS_RETURN_IF_ERROR(Collect(tree, (*seq)[i], child(std::to_string(i)), depth + 1, open, out));
+      RS_RETURN_IF_ERROR(Collect(tree, (*seq)[i], child(std::to_string(i)), depth + 1, open, visits, out));
     }
   }
   open.erase(id);
@@ -57,7 +64,10 @@ Status Collect(const format::PickleTree& tree, NodeId id, const std::string& nam
 Result<SafetensorsView> SafetensorsView::Create(const FilePlan& plan, const PlannedFile& file) {
   std::vector<Found> found;
   std::set<NodeId> open;
-  RS_RETURN_IF_ERROR(Collect(plan.tree, plan.tree.root(), "", 0, open, found));
+  uint64_t visits = 0;
+  if (Status s = Collect(plan.tree, plan.tree.root(), "", 0, open, visits, found); !s.ok()) {
+    return s.Annotate(plan.path);
+  }
   std::map<std::string, uint32_t> storage_index;
   for (size_t i = 0; i < file.storages().size(); ++i) storage_index[file.storages()[i].key] = static_cast<uint32_t>(i);
   SafetensorsView view;
