@@ -12,9 +12,9 @@ set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=$REPO/build-fuzz
-HARNESSES=(fuzz_pickle fuzz_zip fuzz_torch_archive fuzz_param_state fuzz_checkpoint fuzz_config)
+HARNESSES=(fuzz_pickle fuzz_zip fuzz_torch_archive fuzz_param_state fuzz_checkpoint fuzz_config fuzz_safetensors)
 declare -A DICTS=([fuzz_pickle]="pickle" [fuzz_zip]="zip" [fuzz_torch_archive]="zip pickle"
-  [fuzz_param_state]="zip pickle" [fuzz_checkpoint]="zip pickle" [fuzz_config]="config")
+  [fuzz_param_state]="zip pickle" [fuzz_checkpoint]="zip pickle" [fuzz_config]="config" [fuzz_safetensors]="safetensors")
 SUMMARY=()
 FAILED=0
 

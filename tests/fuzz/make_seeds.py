@@ -52,6 +52,34 @@ DS_CONFIGS = [
 ]
 
 
+# fuzz_safetensors: files laid out as the safetensors writer lays them out (safetensors_writer.h): dtype code,
+# item size and shape per tensor.
+SAFETENSORS_CASES = [
+    [],
+    [("w", "F32", 4, [2, 3])],
+    [("a.weight", "F32", 4, [4]), ("b", "BF16", 2, [3]), ("c", "F16", 2, []), ("m", "BOOL", 1, [1])],
+    [("step", "I64", 8, []), ("empty", "F32", 4, [0, 5])],
+]
+
+
+def safetensors_file(tensors: list[tuple[str, str, int, list[int]]], metadata: dict[str, str]) -> bytes:
+    header: dict[str, object] = {"__metadata__": metadata} if metadata else {}
+    offset = 0
+    for name, code, itemsize, shape in tensors:
+        numel = 1
+        for d in shape:
+            numel *= d
+        header[name] = {"dtype": code, "shape": shape, "data_offsets": [offset, offset + numel * itemsize]}
+        offset += numel * itemsize
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return len(text).to_bytes(8, "little") + text + bytes(range(256)) * (offset // 256) + bytes(offset % 256)
+
+
+def safetensors_seeds() -> list[bytes]:
+    return [safetensors_file(case, metadata) for case in SAFETENSORS_CASES for metadata in ({}, {"format": "pt"})]
+
+
 def torch_files() -> list[Path]:
     files = []
     for root in TORCH_FILE_ROOTS:
@@ -97,6 +125,8 @@ def main() -> int:
         text = json.dumps(ds_config).encode()
         write(out, "fuzz_config", text)
         write(out, "fuzz_config", text + b"\0" + model_config)
+    for seed in safetensors_seeds():
+        write(out, "fuzz_safetensors", seed)
     for harness in sorted(p.name for p in out.iterdir()):
         print(f"seeds: {harness}: {sum(1 for _ in (out / harness).iterdir())}")
     return 0
