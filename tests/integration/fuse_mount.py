@@ -59,7 +59,23 @@ class Server:
         return self.log_path.read_text(errors="replace")
 
     def wait(self) -> int:
-        return self.process.wait(timeout=EXIT_TIMEOUT_S)
+        """The exit status; a server still running after EXIT_TIMEOUT_S fails the test with its threads' stacks, so
+        that a hang seen once (a SIGINT not ending the loop, seen once in a --full run) can be diagnosed."""
+        try:
+            return self.process.wait(timeout=EXIT_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            stacks = thread_stacks(self.process.pid)
+            pytest.fail(f"the server did not exit within {EXIT_TIMEOUT_S} s; its threads:\n{stacks}\n"
+                        f"its output:\n{self.stderr()}")
+
+
+def thread_stacks(pid: int) -> str:
+    """Every thread's backtrace of process `pid` (gdb, attached in batch mode), or why there is none."""
+    if shutil.which("gdb") is None:
+        return "(no gdb on this machine)"
+    done = subprocess.run(["gdb", "-p", str(pid), "-batch", "-ex", "thread apply all bt"], capture_output=True,
+                          text=True, timeout=60, check=False)
+    return done.stdout[-12000:] or done.stderr[-2000:]
 
 
 def start_server(argv: Sequence[object], mountpoint: Path, log_path: Path, mode: str = "default") -> Server:
@@ -80,7 +96,7 @@ def stop_server(server: Server) -> int:
     """Unmounts and reaps the server; returns its exit status (killed if it does not exit)."""
     unmount(server.mountpoint)
     try:
-        return server.wait()
+        return server.process.wait(timeout=EXIT_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         server.process.kill()
         return server.process.wait()
