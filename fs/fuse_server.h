@@ -43,7 +43,9 @@ struct ServeOptions {
 
 // Mounts `ns` at options.mountpoint and serves it until the filesystem is unmounted
 // (`reshardfs umount`, `fusermount3 -u`, umount(8)) or the process gets SIGINT, SIGTERM or
-// SIGHUP, which unmount it. Returns OK after such an ending.
+// SIGHUP, which unmount it. Returns OK after such an ending. A signal the process inherited as
+// ignored stays ignored (libfuse installs its handler only over the default disposition): a
+// background job of a non-interactive shell ignores SIGINT, and `nohup` SIGHUP.
 //
 // Every error before the mount exists (a missing, non-empty or already-mounted mountpoint, a bad
 // option, no /dev/fuse, mount refused) is returned with libfuse's own explanation in the

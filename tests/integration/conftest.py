@@ -13,6 +13,7 @@ import argparse
 import json
 import math
 import os
+import signal
 import subprocess
 from collections import OrderedDict
 from collections.abc import Callable
@@ -27,6 +28,15 @@ from torch import nn
 from goldens import TINY_UCP, Reference, References
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")  # DeepSpeed's import otherwise probes for GPUs
+
+# A process started in the background by a non-interactive shell (`cmd &`, nohup) inherits SIGINT (and, from nohup,
+# SIGHUP) as ignored, every child it starts inherits that, and libfuse keeps a signal it finds ignored ignored (as a
+# background job expects): the FUSE servers these tests start would not unmount on SIGINT. The tests run with the
+# dispositions of a foreground run, wherever they were started from.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 TOOL_TIMEOUT_S = 120
 
