@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "tests/unit/format/safetensors_golden.h"
 #include "tests/unit/hex.h"
 
 namespace reshard::format {
@@ -20,14 +21,7 @@ std::string Prefix(std::string json) {
 }
 
 TEST_CASE("ParseSafetensorsHeader: reads the official writer's file", "[format]") {
-  // safetensors 0.6.2's save_file({'w': [1.0, -2.0] f32, 'b': [1, 2, 3] bf16, 'm': [True]}, metadata={'format': 'pt'})
-  const std::string file = FromHex(
-      "c8000000000000007b225f5f6d657461646174615f5f223a7b22666f726d6174223a227074227d2c"
-      "2277223a7b226474797065223a22463332222c227368617065223a5b325d2c22646174615f6f6666"
-      "73657473223a5b302c385d7d2c2262223a7b226474797065223a2242463136222c22736861706522"
-      "3a5b335d2c22646174615f6f666673657473223a5b382c31345d7d2c226d223a7b22647479706522"
-      "3a22424f4f4c222c227368617065223a5b315d2c22646174615f6f666673657473223a5b31342c31"
-      "355d7d7d202020200000803f000000c0803f0040404001");
+  const std::string file = reshard::testing::OfficialSafetensorsFile();
   auto header = ParseSafetensorsHeader(file, file.size());
   REQUIRE(header.ok());
   CHECK(header->data_start == 8 + 0xc8);
