@@ -72,6 +72,7 @@ int main(int argc, char** argv) {
       ->required();
   materialize_cmd->add_option("OUT_DIR", materialize.out_dir, "A new or empty folder")->required();
   reshard::fs::AddTargetFlags(materialize_cmd, materialize.target);
+  materialize_cmd->add_flag("-q,--quiet", materialize.quiet, "Print no file list and no progress, only errors");
 
   reshard::fs::MountOptions mount;
   CLI::App* mount_cmd = app.add_subcommand(
@@ -108,7 +109,14 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   reshard::fs::AddServeFlags(serve_null_cmd, serve_null.serve);
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    // A usage error is one line in the same form as every other error.
+    std::fprintf(stderr, "reshardfs: error: %s (see --help)\n", e.what());
+    return 2;
+  }
   spdlog::set_level(spdlog::level::from_str(log_level));
 
   reshard::Status status;
@@ -117,7 +125,7 @@ int main(int argc, char** argv) {
   } else if (app.got_subcommand(plan_cmd)) {
     status = reshard::fs::RunPlan(plan, std::cout);
   } else if (app.got_subcommand(materialize_cmd)) {
-    status = reshard::fs::RunMaterialize(materialize, std::cout);
+    status = reshard::fs::RunMaterialize(materialize, std::cout, stderr);
   } else if (app.got_subcommand(mount_cmd)) {
     status = reshard::fs::RunMount(mount);
   } else if (app.got_subcommand(verify_cmd)) {

@@ -9,6 +9,7 @@
 // which makes the folder a checkpoint to DeepSpeed, is written last.
 #pragma once
 
+#include <cstdio>
 #include <ostream>
 #include <string>
 
@@ -21,9 +22,11 @@ struct MaterializeOptions {
   std::string source;
   std::string out_dir;  // must not exist, or be an empty folder
   TargetFlags target;
+  bool quiet = false;  // no file list, no progress
 };
 
-// Prints one line per file written to `out`.
-Status RunMaterialize(const MaterializeOptions& options, std::ostream& out);
+// Prints one line per file written ("PATH SIZE") to `out`, and the progress (bytes, rate, ETA;
+// fs/progress_meter.h) to `progress`, a terminal or not; neither when options.quiet.
+Status RunMaterialize(const MaterializeOptions& options, std::ostream& out, std::FILE* progress);
 
 }  // namespace reshard::fs

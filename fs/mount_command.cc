@@ -1,5 +1,7 @@
 #include "fs/mount_command.h"
 
+#include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <utility>
@@ -36,7 +38,9 @@ Status AddRunFolderFiles(const ServedCheckpoint& served, std::vector<NamespaceEn
 }  // namespace
 
 Status RunMount(const MountOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
   RS_ASSIGN_OR_RETURN(ServedCheckpoint served, ServedCheckpoint::Load(options.source, options.target));
+  const double plan_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::vector<NamespaceEntry> entries;
   entries.push_back({"latest", std::make_shared<const InlineContent>(served.tag())});
   for (size_t i = 0; i < served.files().size(); ++i) {
@@ -51,8 +55,13 @@ Status RunMount(const MountOptions& options) {
   RS_RETURN_IF_ERROR(AddRunFolderFiles(served, entries));
   RS_ASSIGN_OR_RETURN(Namespace ns, Namespace::Build(std::move(entries)));
   const plan::Target& t = served.target();
-  spdlog::info("serving {} as TP {} x DP {}, ZeRO-{}, tag {}: {} files", served.checkpoint().dir(), t.tp_size,
-               t.dp_size, t.zero_stage, t.tag, served.files().size());
+  uint64_t bytes = 0;
+  for (const plan::PlannedFile& file : served.files()) bytes += file.size();
+  for (const plan::SafetensorsView& view : served.views()) bytes += view.size();
+  spdlog::info("serving {} as TP {} x DP {}, ZeRO-{}, tag {}: {} checkpoint files and {} safetensors views, {} bytes, "
+               "planned in {:.3f} s",
+               served.checkpoint().dir(), t.tp_size, t.dp_size, t.zero_stage, t.tag, served.files().size(),
+               served.views().size(), bytes, plan_seconds);
   return Serve(ns, options.serve);
 }
 

@@ -1,5 +1,6 @@
 #include "fs/target_flags.h"
 
+#include <cstdint>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -12,7 +13,7 @@ void AddTargetFlags(CLI::App* command, TargetFlags& flags) {
   command->add_option("--tp", flags.tp, "Target tensor-parallel degree (default: tensor_parallel.autotp_size, else the source's)")
       ->check(CLI::Range(1, 99));
   command->add_option("--dp", flags.dp, "Target data-parallel degree (default: from the ds_config's batch sizes, else the source's)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 1 << 20));
   command->add_option("--zero-stage", flags.zero_stage, "Target ZeRO stage 1, 2 or 3 (default: the ds_config's, else the source's)")
       ->check(CLI::Range(1, 3));
   command->add_option("--lp-dtype", flags.lp_dtype, "Module weight dtype: fp32, bf16 or fp16 (default: the ds_config's)")
@@ -22,7 +23,7 @@ void AddTargetFlags(CLI::App* command, TargetFlags& flags) {
                       "The model's Hugging Face config.json (KV heads for AutoTP shard sizes; model_type for the "
                       "built-in AutoTP rules a checkpoint saved without TP needs at TP > 1)");
   command->add_option("--padded-vocab", flags.padded_vocab, "Target vocab rows summed over TP ranks (vocab-padded tensors)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   command->add_option("--tag", flags.tag, "Checkpoint tag to serve (default: the universal tag without _universal)");
 }
 
