@@ -1,4 +1,9 @@
-"""reshardfs.restore: fill a live DeepSpeed engine from a universal checkpoint, without files.
+"""reshardfs from Python.
+
+`plan`, `materialize` and `mount` (a context manager) run the packaged `reshardfs` program with the target
+layout as keyword arguments (reshardfs/commands.py); `restore` fills a live engine without files (below).
+
+reshardfs.restore: fill a live DeepSpeed engine from a universal checkpoint, without files.
 
 `restore(engine, src)` is what `engine.load_checkpoint(<reshardfs mount>)` achieves, minus the
 pickles and the per-rank files: the C++ planner (reshardfs._C.RankPlan, the same plan the mount
@@ -26,8 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from reshardfs import _C
+from reshardfs._binary import ReshardfsError
+from reshardfs.commands import Mount, materialize, mount, plan
 
-__all__ = ["restore", "RankPlan"]
+__all__ = ["restore", "RankPlan", "plan", "materialize", "mount", "Mount", "ReshardfsError"]
 
 RankPlan = _C.RankPlan
 
