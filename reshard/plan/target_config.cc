@@ -14,6 +14,8 @@ namespace {
 
 using Path = std::initializer_list<std::string_view>;
 
+bool IsAuto(const nlohmann::ordered_json& v) { return v.is_string() && v.get_ref<const std::string&>() == "auto"; }
+
 std::string Dotted(Path path) {
   std::string out;
   for (std::string_view p : path) out += (out.empty() ? "" : ".") + std::string(p);
@@ -45,7 +47,7 @@ class ConfigView {
   Result<std::optional<int64_t>> Int(Path path) const {
     if (json_ != nullptr) {
       const nlohmann::ordered_json* v = Find(path);
-      if (v == nullptr || v->is_null()) return std::optional<int64_t>();
+      if (v == nullptr || v->is_null() || IsAuto(*v)) return std::optional<int64_t>();
       if (v->is_number_integer()) return std::optional<int64_t>(v->get<int64_t>());
       if (v->is_number_float()) {  // 1e9 in JSON is a float
         if (auto i = IntegralDouble(v->get<double>())) return std::optional<int64_t>(*i);
@@ -66,13 +68,21 @@ class ConfigView {
       const nlohmann::ordered_json* v = Find(path);
       if (v == nullptr || v->is_null()) return std::optional<bool>();
       if (v->is_boolean()) return std::optional<bool>(v->get<bool>());
-      if (v->is_string() && v->get<std::string>() == "auto") return std::optional<bool>();  // HF Trainer's "auto"
+      if (IsAuto(*v)) return std::optional<bool>();
       return Bad(path, "true or false");
     }
     const format::NodeId v = FindNode(path);
     if (v == format::kNoNode || format::IsNone(*tree_, v)) return std::optional<bool>();
     if (auto b = format::AsBool(*tree_, v)) return std::optional<bool>(*b);
     return Bad(path, "true or false");
+  }
+
+  // True when the JSON config holds "auto" at `path`: a value the HF Trainer fills in from its own
+  // arguments when it starts, which a config read before then cannot know (read as unset).
+  bool Auto(Path path) const {
+    if (json_ == nullptr) return false;
+    const nlohmann::ordered_json* v = Find(path);
+    return v != nullptr && IsAuto(*v);
   }
 
   Result<std::optional<std::string>> Str(Path path) const {
@@ -212,6 +222,14 @@ Result<Target> ResolveTarget(const ucp::UniversalCheckpoint& ckpt, const nlohman
   std::optional<int64_t> dp;
   if (!ds_config.is_null()) {
     RS_ASSIGN_OR_RETURN(dp, DpFrom(target, "the target ds_config"));
+    // The source's DP would be a guess: "auto" batch sizes are the Trainer's, from a world size not known here.
+    for (const char* key : {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"}) {
+      if (!dp && !o.dp_size && target.Auto({key})) {
+        return InvalidArgument(std::string("the target ds_config's ") + key +
+                               " is \"auto\" (the HF Trainer fills it in when it starts), so it gives no DP size: "
+                               "pass --dp");
+      }
+    }
     if (dp && tp && *tp > 1) {
       if (*dp % *tp != 0) {
         return InvalidArgument("the target ds_config's batch sizes give " + std::to_string(*dp) +

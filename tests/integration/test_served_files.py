@@ -129,6 +129,23 @@ def test_plan_reports_sizes_and_amplification(reshardfs: Path, run_tool, tmp_pat
         assert 1.0 < r["read_amplification"] < 1.5, r
 
 
+# A ds_config as HF Trainer users write it: every value the Trainer knows left to it.
+TRAINER_AUTO_CONFIG = {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
+                       "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
+                       "zero_optimization": {"stage": 2, "reduce_bucket_size": "auto"}, "bf16": {"enabled": "auto"}}
+
+
+def test_trainer_auto_config_takes_dp_from_the_flag(reshardfs: Path, run_tool, tmp_path: Path) -> None:
+    """With --dp, a Trainer's "auto" config still gives what it does say (ZeRO-2 here); "auto" precision falls back
+    to the source run's, as an absent key does."""
+    config = tmp_path / "ds_config.json"
+    config.write_text(json.dumps(TRAINER_AUTO_CONFIG))
+    result = run_tool(reshardfs, "plan", UCP, "--json", "--ds-config", config, "--dp", "4")
+    assert result.returncode == 0, result
+    assert json.loads(result.stdout)["target"] == {"tp": 1, "dp": 4, "zero_stage": 2, "lp_dtype": "float32",
+                                                   "tag": TAG}
+
+
 REFUSALS = {
     # id: (flags, the one error line)
     "zero3_tp2": (["--zero-stage", "3", "--tp", "2"],
@@ -152,6 +169,10 @@ REFUSALS = {
     # on x86 the cast happened to give a value that was refused).
     "batch_beyond_int64": (["--ds-config", "{float_batch}"], "train_batch_size must be an integer"),
     "missing_config": (["--ds-config", "/nonexistent/ds_config.json"], "/nonexistent/ds_config.json: cannot open"),
+    # The HF Trainer's "auto" batch sizes: its world size decides DP, and the source's DP would be a guess.
+    "trainer_auto_batch_without_dp": (["--ds-config", "{trainer_auto}"],
+                                      "the target ds_config's train_batch_size is \"auto\" (the HF Trainer fills "
+                                      "it in when it starts), so it gives no DP size: pass --dp"),
     "not_a_ucp": ([], "not a universal checkpoint (no zero/ folder and no latest_universal file)"),
 }
 
@@ -169,6 +190,7 @@ def test_refusals(refusal: str, reshardfs: Path, run_tool, tmp_path: Path) -> No
         "{autotp2}": {"zero_optimization": {"stage": 1}, "tensor_parallel": {"autotp_size": 2}},
         "{gpt2_model}": {"model_type": "gpt2", "num_attention_heads": 4},
         "{llama_model}": {"model_type": "llama", "num_attention_heads": 4, "num_key_value_heads": 2},
+        "{trainer_auto}": TRAINER_AUTO_CONFIG,
     }
     argv = []
     for flag in flags:
