@@ -60,7 +60,16 @@ KINDS = {
     "llama_universal": RUN_FILES,
     # make_tiny_llama_checkpoint.py: (source id,)
     "llama_source": ("universal/**/*", "config.json", "reference_losses.json"),
+    # examples/hf_trainer_resume.py make_source: () -- the Trainer's checkpoint-3 with its universal conversion and
+    # the Trainer's own files, less the native DeepSpeed folder (nothing here reads it) and training_args.bin (it
+    # pickles the run's absolute output path, so no two recordings are equal; the Trainer does not read it back)
+    "hf_trainer_source": ("checkpoint-3/global_step3_universal/**/*", "checkpoint-3/latest_universal",
+                          "checkpoint-3/*.json", "checkpoint-3/*.pth", "checkpoint-3/scheduler.pt",
+                          "checkpoint-3/model.safetensors"),
+    # examples/hf_trainer_resume.py resume("resume_load_universal", ...): ()
+    "hf_trainer_universal": ("result.json", "state_rank*.pt", "rng_messages_rank*.json"),
 }
+HF_TRAINER_SCRIPT = EXAMPLES / "hf_trainer_resume.py"
 
 
 def _relative(path: Path) -> str:
@@ -78,6 +87,8 @@ class Reference:
     @property
     def id(self) -> str:
         """The golden's folder name, e.g. load_universal-tiny-z1-dp4-fp32 (a committed checkpoint by its folder)."""
+        if not self.key:
+            return self.kind
         if self.kind == "llama_source":
             return f"{self.kind}-{self.key[0]}"
         if self.kind == "llama_universal":
@@ -89,8 +100,11 @@ class Reference:
 
     def source_files(self) -> list[Path]:
         """The checkpoint files this reference is made from (their sha256 goes into the manifest)."""
-        if self.kind == "llama_source":
+        if self.kind in ("llama_source", "hf_trainer_source"):
             return []  # made by the example script alone; the full tier's re-record pins its output
+        if self.kind == "hf_trainer_universal":
+            source = GOLDEN_ROOT / Reference("hf_trainer_source", ()).id
+            return sorted(p for p in source.rglob("*") if p.is_file())
         if self.kind == "llama_universal":
             source = self.key[0]
             golden = GOLDEN_ROOT / Reference("llama_source", (source,)).id
@@ -108,6 +122,8 @@ GOLDENS = [
     Reference("universal_corrected", (ZERO3_UCP, 3, 4, False)),
     Reference("llama_universal", ("tp2_zero1", 1, 2, 1, "fp32")),
     Reference("llama_source", ("tp1_zero3",)),
+    Reference("hf_trainer_source", ()),
+    Reference("hf_trainer_universal", ()),
 ]
 
 
@@ -160,12 +176,27 @@ def make_llama_source(source: str, out: Path) -> Path:
     return out
 
 
-def run_live(ref: Reference, out: Path, llama_source: Callable[[str], Path]) -> Path:
+def hf_trainer_launch(nproc: int, argv: list, what: str, expected: list[Path]) -> None:
+    """examples/hf_trainer_resume.py's workers, launched by the tests' fork server (ds_launch)."""
+    from ds_launch import launch
+    launch(nproc, HF_TRAINER_SCRIPT, argv, what, expected)
+
+
+def run_live(ref: Reference, out: Path, llama_source: Callable[[str], Path],
+             hf_trainer_source: Callable[[], Path]) -> Path:
     """Runs the reference with real DeepSpeed into `out`; returns the folder holding its files.
-    `llama_source(id)` gives a Llama source's folder (for llama_universal). Raises RuntimeError on failure."""
+    `llama_source(id)` gives a Llama source's folder (for llama_universal), `hf_trainer_source()` the Trainer's
+    (for hf_trainer_universal). Raises RuntimeError on failure."""
+    import hf_trainer_resume
     from ds_resume import universal_corrected
     from llama_resume import resume
     steps = REFERENCE_TRAIN_STEPS
+    if ref.kind == "hf_trainer_source":
+        hf_trainer_resume.make_source(out, launch=hf_trainer_launch)
+        return out
+    if ref.kind == "hf_trainer_universal":
+        checkpoint = hf_trainer_source() / "checkpoint-3"
+        return hf_trainer_resume.resume("resume_load_universal", checkpoint, out, launch=hf_trainer_launch)
     if ref.kind == "load_universal":
         ucp, stage, dp, bf16, variant = ref.key
         dump_target_states(ucp, stage, dp, out, bf16, train_steps=steps, variant=variant)
@@ -223,7 +254,8 @@ def record(refs: list[Reference], work: Path, root: Path = GOLDEN_ROOT, log: Cal
     def run(ref: Reference) -> Path:
         if ref not in runs:
             log(f"record: {ref.id}")
-            runs[ref] = run_live(ref, work / ref.id, llama_source)
+            runs[ref] = run_live(ref, work / ref.id, llama_source,
+                                 lambda: run(Reference("hf_trainer_source", ())))
         return runs[ref]
 
     def llama_source(source: str) -> Path:
@@ -265,7 +297,8 @@ class References:
 
     def live_run(self, ref: Reference) -> Path:
         """Runs `ref` with DeepSpeed once per session, whatever the tier (the full tier's golden re-check)."""
-        return self.runs.get(ref, lambda: run_live(ref, self.work / ref.id, self.llama_source))
+        return self.runs.get(ref, lambda: run_live(ref, self.work / ref.id, self.llama_source,
+                                                   lambda: self.get(Reference("hf_trainer_source", ()))))
 
     def llama_source(self, source: str) -> Path:
         if source == "tp2_zero1":

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,4 +28,20 @@ def test_resume_4_to_2_example(reshardfs: Path, tmp_path: Path) -> None:
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-6000:]
     assert "resume_4_to_2: PASS" in done.stdout, output[-6000:]
+    assert not os.path.ismount(tmp_path / "work" / "mnt"), "the example left its mount behind"
+
+
+@FULL  # four DeepSpeed launches under torchrun (train on 2 ranks, convert, two resumes on 4): the full tier
+@requires_fuse
+@pytest.mark.timeout(EXAMPLE_TIMEOUT_S + 60)
+def test_hf_trainer_resume_example(reshardfs_python: Path, tmp_path: Path) -> None:
+    """examples/hf_trainer_resume.py as a user runs it (torchrun, the reshardfs.mount context manager of the
+    build's Python package); tests/integration/test_hf_trainer.py checks the same story in finer detail."""
+    env = dict(os.environ, PYTHONPATH=str(reshardfs_python))
+    script = REPO / "examples" / "hf_trainer_resume.py"
+    done = subprocess.run([sys.executable, str(script), "--out", str(tmp_path / "work")], env=env, capture_output=True,
+                          text=True, timeout=EXAMPLE_TIMEOUT_S)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-6000:]
+    assert "PASS: the resume from the mount equals DeepSpeed's load_universal" in done.stdout, output[-6000:]
     assert not os.path.ismount(tmp_path / "work" / "mnt"), "the example left its mount behind"
