@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Read benchmark of a mounted checkpoint against its ceilings (issue 4). Not a test: it asserts
-# nothing; it prints one markdown table and writes it to --out.
+# nothing; it prints one markdown table and writes it to --out, and a chart of the read rates
+# against their ceilings beside it (--out with .png for .md; scripts/bench_chart.py).
 #   bash scripts/bench.sh [--size-gb X] [--dp D] [--zero-stage S] [--lp-dtype T] [--repeat K]
 #                         [--out FILE] [--workdir DIR]
 # Defaults: --size-gb 1, --dp 4, the checkpoint's own ZeRO stage and lp dtype (ZeRO-1, bf16),
@@ -26,6 +27,7 @@
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+VENV=$(realpath -m "${RESHARDFS_VENV:-/opt/reshardfs/venv}")
 RESHARDFS=$REPO/build/fs/reshardfs
 MAKE_UCP=$REPO/build/tests/tools/make_synthetic_ucp
 MOUNT_TIMEOUT_S=120
@@ -361,6 +363,26 @@ PY
     done
   } | tee "$out"
   log "table written to $out"
+
+  # The chart (scripts/bench_chart.py): every read rate beside its ceiling.
+  {
+    for r in 1 n; do
+      printf 'cold, %s reader(s)\t%s\tnull FUSE, cold\t%s\n' "${r/n/$n}" "${g[fs_cold_$r]}" "${g[null_cold_$r]}"
+    done
+    for r in 1 n; do
+      printf 'source cached, new mount, %s reader(s)\t%s\tnull FUSE, cold\t%s\n' "${r/n/$n}" "${g[fs_hot_$r]}" \
+        "${g[null_cold_$r]}"
+    done
+    for r in 1 n; do
+      printf 'warm re-read, %s reader(s)\t%s\tpage cache\t%s\n' "${r/n/$n}" "${g[fs_warm_$r]}" "${g[ucp_warm_$r]}"
+    done
+    for kind in model optim; do
+      [[ -n ${g[fs_hot_$kind]:-} ]] || continue
+      printf '%s-states files, source cached\t%s\tnull FUSE, cold\t%s\n' "$kind" "${g[fs_hot_$kind]}" "${g[null_cold_1]}"
+    done
+  } >"$WORK/chart.tsv"
+  "$VENV/bin/python" "$REPO/scripts/bench_chart.py" "$WORK/chart.tsv" "${out%.md}.png" \
+    "reshardfs read rates against their ceilings, $(date -I), $(nproc) CPUs, ${gb_served} GB served (${target[*]})"
 }
 
 main "$@"
