@@ -1,5 +1,7 @@
 // reshardfs: the command-line tool. Each subcommand returns a Status; this file is the one
 // place that turns a Status into an exit code and a single "reshardfs: error: ..." line.
+#include <sys/resource.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
@@ -43,9 +45,23 @@ reshard::Status RunServeNull(const ServeNullOptions& options) {
   return reshard::fs::Serve(ns, options.serve);
 }
 
+// Every source file stays open from planning to unmount (reads go through the descriptors the plan
+// opened), and a universal checkpoint has about four files per parameter: a 70B Llama about 2,900,
+// past the soft limit of 1024 open files most shells start with. The hard limit is what the
+// administrator allows; raising the soft one to it needs no privilege. On failure the old limit
+// stays and an open beyond it fails with EMFILE, naming the file.
+void RaiseOpenFileLimit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &limit);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  RaiseOpenFileLimit();
   CLI::App app{"reshardfs: serve a DeepSpeed universal checkpoint at a new TP x DP layout"};
   app.set_version_flag("--version", std::string("reshardfs ") + RESHARDFS_VERSION);
   app.require_subcommand(1);

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
+import resource
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -29,6 +31,7 @@ import torch
 
 from checkpoint_compare import assert_same_files, tensor_bits
 from ds_reference import EXAMPLES
+from goldens import GOLDEN_ROOT
 
 sys.path.insert(0, str(EXAMPLES))
 import make_tiny_checkpoint as tiny  # noqa: E402
@@ -441,3 +444,28 @@ def test_autotp_target_without_the_model_config_is_refused(reshardfs: Path, run_
         "reshardfs: error: parameter 'model.layers.0.self_attn.q_proj.weight' is split by AutoTP: a TP 2 target "
         "needs the model's num_key_value_heads (pass --model-config config.json)"], result
     assert not (tmp_path / "out").exists()
+
+
+def test_more_source_files_than_the_soft_open_file_limit(reshardfs: Path, run_tool) -> None:
+    """Every source file stays open while served, and shells start with a soft limit of 1024 open files: a 70B
+    Llama's universal checkpoint (~2,900 files) failed with EMFILE. reshardfs raises its soft limit to the hard
+    one; only a hard limit below the file count is refused, with the file that did not open."""
+    ucp = GOLDEN_ROOT / "hf_trainer_source" / "checkpoint-3" / "global_step3_universal"
+    files = sum(1 for p in ucp.rglob("*") if p.is_file())
+    assert files == 86
+    expected = run_tool(reshardfs, "plan", ucp, "--dp", "4", "--json")
+    assert expected.returncode == 0, expected
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    assert hard == resource.RLIM_INFINITY or hard > 2 * files, f"the hard limit here ({hard}) is too low for the test"
+
+    def plan_with_limit(soft: int, hard: int) -> subprocess.CompletedProcess:
+        return subprocess.run([str(reshardfs), "plan", str(ucp), "--dp", "4", "--json"], capture_output=True,
+                              text=True, timeout=60, check=False,
+                              preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard)))
+
+    raised = plan_with_limit(40, hard)
+    assert raised.returncode == 0 and raised.stdout == expected.stdout, raised.stderr
+    refused = plan_with_limit(40, 40)
+    lines = refused.stderr.strip().splitlines()
+    assert refused.returncode == 1 and len(lines) == 1 and lines[0].startswith(f"reshardfs: error: {ucp}/zero/") and \
+        lines[0].endswith(": Too many open files"), refused.stderr
