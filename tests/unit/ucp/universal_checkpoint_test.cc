@@ -17,6 +17,7 @@
 #include "reshard/plan/frozen_params.h"
 #include "reshard/plan/optimizer_groups.h"
 #include "reshard/plan/target.h"
+#include "tests/unit/temp_dir.h"
 
 namespace reshard::ucp {
 namespace {
@@ -30,22 +31,7 @@ fs::path TinyTag() { return TinyParent() / "global_step3_universal"; }
 fs::path Zero3Parent() { return RepoRoot() / "tests/fixtures/tiny_zero3/universal"; }
 constexpr const char* kTag = "global_step3_universal";
 
-class TempDir {
- public:
-  TempDir() {
-    char name[] = "/tmp/reshard_ucp_testXXXXXX";
-    REQUIRE(::mkdtemp(name) != nullptr);
-    path_ = name;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using reshard::testing::TempDir;
 
 // A copy of the tiny UCP (parent folder with latest_universal) under `tmp`, with the files of
 // fixture case `overlay` (relative to tests/fixtures, e.g. "ucp_bad/version_0_5") copied over

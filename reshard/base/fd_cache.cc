@@ -1,0 +1,148 @@
+#include "reshard/base/fd_cache.h"
+
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <utility>
+
+namespace reshard {
+
+FileIdentity FileIdentity::Of(const struct stat& st) {
+  return FileIdentity{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
+                      static_cast<uint64_t>(st.st_size),
+                      static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec};
+}
+
+size_t FdCache::DefaultCapacity() {
+  constexpr size_t kMinimum = 16;
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return 1 << 20;
+  return std::max<size_t>(kMinimum, static_cast<size_t>(limit.rlim_cur / 2));
+}
+
+Result<FdCache> FdCache::Create(std::vector<std::string> paths, size_t capacity) {
+  FdCache out;
+  out.capacity_ = std::max<size_t>(capacity, 1);
+  out.identities_.reserve(paths.size());
+  const bool all_fit = paths.size() <= out.capacity_;
+  if (all_fit) out.pinned_.reserve(paths.size());
+  for (const std::string& path : paths) {
+    struct stat st;
+    if (all_fit) {
+      UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+      if (!fd.valid()) return ErrnoError(path, errno);
+      if (::fstat(fd.get(), &st) != 0) return ErrnoError(path, errno);
+      out.pinned_.push_back(std::move(fd));
+    } else if (::stat(path.c_str(), &st) != 0) {
+      return ErrnoError(path, errno);
+    }
+    out.identities_.push_back(FileIdentity::Of(st));
+  }
+  if (!all_fit) {
+    out.open_.resize(paths.size());
+    out.prev_.assign(paths.size(), kNone);
+    out.next_.assign(paths.size(), kNone);
+  }
+  out.paths_ = std::move(paths);
+  return out;
+}
+
+FdCache::FdCache(FdCache&& other) noexcept = default;
+FdCache& FdCache::operator=(FdCache&& other) noexcept = default;
+FdCache::~FdCache() = default;
+
+void FdCache::LinkFront(uint32_t file) const {
+  prev_[file] = kNone;
+  next_[file] = head_;
+  if (head_ != kNone) prev_[head_] = file;
+  head_ = file;
+  if (tail_ == kNone) tail_ = file;
+}
+
+void FdCache::Unlink(uint32_t file) const {
+  if (prev_[file] != kNone) next_[prev_[file]] = next_[file];
+  if (next_[file] != kNone) prev_[next_[file]] = prev_[file];
+  if (head_ == file) head_ = next_[file];
+  if (tail_ == file) tail_ = prev_[file];
+  prev_[file] = next_[file] = kNone;
+}
+
+Result<FdCache::Lease> FdCache::Acquire(uint32_t file) const {
+  Lease lease;
+  if (!pinned_.empty()) {
+    lease.fd_ = pinned_[file].get();
+    return lease;
+  }
+  {
+    std::lock_guard<std::mutex> lock(*mutex_);
+    if (open_[file]) {
+      Unlink(file);
+      LinkFront(file);
+      lease.owner_ = open_[file];
+      lease.fd_ = lease.owner_->get();
+      return lease;
+    }
+  }
+  // A miss: open and check outside the lock, so other files' reads never wait on this open.
+  UniqueFd fd(::open(paths_[file].c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoError(paths_[file], errno);
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return ErrnoError(paths_[file], errno);
+  RS_RETURN_IF_ERROR(CheckSame(file, FileIdentity::Of(st), /*same_inode_required=*/true));
+  auto opened = std::make_shared<const UniqueFd>(std::move(fd));
+  // The evicted descriptor (and a duplicate open lost to a racing thread) closes after unlock.
+  std::shared_ptr<const UniqueFd> evicted;
+  {
+    std::lock_guard<std::mutex> lock(*mutex_);
+    if (open_[file]) {
+      Unlink(file);
+      evicted = std::move(opened);
+      opened = open_[file];
+    } else {
+      open_[file] = opened;
+      ++open_count_;
+      if (open_count_ > capacity_) {
+        const uint32_t victim = tail_;
+        Unlink(victim);
+        evicted = std::move(open_[victim]);
+        --open_count_;
+      }
+    }
+    LinkFront(file);
+  }
+  lease.owner_ = std::move(opened);
+  lease.fd_ = lease.owner_->get();
+  return lease;
+}
+
+Status FdCache::CheckSame(uint32_t file, const FileIdentity& now, bool same_inode_required) const {
+  const FileIdentity& then = identities_[file];
+  if (same_inode_required && (now.dev != then.dev || now.ino != then.ino)) {
+    return IoError(paths_[file] + ": replaced since it was planned (another file is at its path now); mount again to "
+                   "serve the new checkpoint");
+  }
+  if (now.size != then.size) {
+    return IoError(paths_[file] + ": changed since it was opened (" + std::to_string(then.size) + " bytes, now " +
+                   std::to_string(now.size) + "); mount again to serve the new checkpoint");
+  }
+  if (now.mtime_ns != then.mtime_ns) {
+    return IoError(paths_[file] + ": rewritten since it was opened (modification time changed); mount again to "
+                   "serve the new checkpoint");
+  }
+  return Status::Ok();
+}
+
+Status FdCache::CheckUnchanged(uint32_t file) const {
+  struct stat st;
+  if (!pinned_.empty()) {
+    if (::fstat(pinned_[file].get(), &st) != 0) return ErrnoError(paths_[file], errno);
+    return CheckSame(file, FileIdentity::Of(st), /*same_inode_required=*/false);
+  }
+  if (::stat(paths_[file].c_str(), &st) != 0) return ErrnoError(paths_[file], errno);
+  return CheckSame(file, FileIdentity::Of(st), /*same_inode_required=*/true);
+}
+
+}  // namespace reshard
