@@ -30,7 +30,25 @@ Result<MappedFile> MappedFile::Open(const std::string& path) {
   MappedFile file;
   file.path_ = path;
   file.size_ = static_cast<uint64_t>(st.st_size);
-  if (file.size_ > 0) {
+  if (file.size_ > 0 && file.size_ <= kReadLimit) {
+    // A small file is read: mmap + munmap cost more than the copy, and both take the process's
+    // memory-map lock, which serialises the threads indexing a checkpoint of many small files.
+    file.owned_.reset(new uint8_t[file.size_]);
+    uint64_t done = 0;
+    while (done < file.size_) {
+      const ssize_t n = ::pread(fd, file.owned_.get() + done, file.size_ - done, static_cast<off_t>(done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        const int err = n < 0 ? errno : 0;
+        ::close(fd);
+        if (err != 0) return ErrnoError(path, err);
+        return IoError(path + ": ended at byte " + std::to_string(done) + " of " + std::to_string(file.size_) +
+                       " while read (changed while opened?)");
+      }
+      done += static_cast<uint64_t>(n);
+    }
+    file.data_ = file.owned_.get();
+  } else if (file.size_ > 0) {
     void* p = ::mmap(nullptr, file.size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {
       const int err = errno;
@@ -53,7 +71,8 @@ MappedFile::~MappedFile() { Reset(); }
 MappedFile::MappedFile(MappedFile&& other) noexcept
     : data_(std::exchange(other.data_, nullptr)),
       size_(std::exchange(other.size_, 0)),
-      path_(std::move(other.path_)) {}
+      path_(std::move(other.path_)),
+      owned_(std::move(other.owned_)) {}
 
 MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   if (this != &other) {
@@ -61,12 +80,17 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
     path_ = std::move(other.path_);
+    owned_ = std::move(other.owned_);
   }
   return *this;
 }
 
 void MappedFile::Reset() {
-  if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+  if (owned_) {
+    owned_.reset();
+  } else if (data_ != nullptr) {
+    ::munmap(const_cast<uint8_t*>(data_), size_);
+  }
   data_ = nullptr;
   size_ = 0;
 }

@@ -1,14 +1,17 @@
-// MappedFile: a read-only, private mmap of a whole file, owned by RAII.
+// MappedFile: the bytes of a whole file, read-only, owned by RAII: a private mmap, or for a file
+// of at most kReadLimit bytes a heap copy read at Open (cheaper than mapping and unmapping it,
+// and no contention on the process's memory-map lock when many small files are indexed at once).
 //
-// The mapping is the only way reshard/ reads source bytes at mount time: parsing headers and
-// pickles touches a few pages; tensor bytes are never copied here. Movable, not copyable.
-// Reading bytes() from several threads is safe (the mapping is immutable). If the file is
-// truncated after mapping, touching the lost pages raises SIGBUS; fs/ reads tensor bytes with
-// pread for that reason, never through this mapping.
+// This is the only way reshard/ reads source bytes at mount time: parsing headers and pickles
+// touches a few pages of a large file; its tensor bytes are never copied here. Movable, not
+// copyable. Reading data() from several threads is safe (the bytes are immutable). If a mapped
+// file is truncated after mapping, touching the lost pages raises SIGBUS; fs/ reads tensor bytes
+// with pread for that reason, never through this object.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "reshard/base/status.h"
@@ -17,7 +20,10 @@ namespace reshard {
 
 class MappedFile {
  public:
-  // Opens and maps `path`. An empty file maps to an empty span.
+  // Larger files are mapped.
+  static constexpr uint64_t kReadLimit = 64 * 1024;
+
+  // Opens and maps (or reads) `path`. An empty file maps to an empty span.
   static Result<MappedFile> Open(const std::string& path);
 
   MappedFile() = default;
@@ -37,6 +43,7 @@ class MappedFile {
   const uint8_t* data_ = nullptr;
   uint64_t size_ = 0;
   std::string path_;
+  std::unique_ptr<uint8_t[]> owned_;  // the bytes of a read (not mapped) file
 };
 
 }  // namespace reshard

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "reshard/base/checked_math.h"
+#include "reshard/base/parallel_for.h"
 #include "reshard/format/pickle_query.h"
 
 namespace reshard::ucp {
@@ -438,30 +439,44 @@ Status UniversalCheckpoint::IndexParams(const std::string& zero_dir) {
   num_source_groups_ = static_cast<int32_t>(shapes_by_tp[0].size());
   RS_RETURN_IF_ERROR(CheckParamGroups());
 
-  std::set<std::string> listed;
+  // Index the folders in parallel (thousands of small files: mostly open/mmap/parse), then check
+  // them in order, so the first error reported is the one a sequential walk would meet.
+  struct Listed {
+    const std::string* name;
+    const std::vector<int64_t>* shape0;
+    int32_t group;
+  };
+  std::vector<Listed> order;
   for (size_t g = 0; g < shapes_by_tp[0].size(); ++g) {
-    for (const auto& [name, shape0] : shapes_by_tp[0][g]) {
-      const std::string dir = zero_dir + "/" + name;
-      if (!IsDir(dir)) {
-        return NotFound(dir + ": missing, but param_shapes of " + model_states_.front().name + " lists '" + name + "'");
-      }
-      RS_ASSIGN_OR_RETURN(ParamEntry entry, IndexParamFolder(dir, name));
-      entry.listed = true;
-      entry.source_group = static_cast<int32_t>(g);
-      for (int32_t t = 0; t < tp_degree_; ++t) {
-        const auto& index = shape_index[static_cast<size_t>(t)];
-        const auto it = index.find(name);
-        if (it == index.end()) {
-          return Corrupt(ModelStatesForTp(t)->archive.path() + ": param_shapes lacks '" + name +
-                         "', which tp rank 0 lists");
-        }
-        entry.tp_shapes.push_back(*it->second);
-      }
-      RS_RETURN_IF_ERROR(CheckStoredNumel(entry, shape0));
-      listed.insert(name);
-      params_.push_back(std::move(entry));
-    }
+    for (const auto& [name, shape0] : shapes_by_tp[0][g]) order.push_back({&name, &shape0, static_cast<int32_t>(g)});
   }
+  std::vector<ParamEntry> entries(order.size());
+  auto index_listed = [&](size_t k) -> Status {
+    const std::string& name = *order[k].name;
+    const std::string dir = zero_dir + "/" + name;
+    if (!IsDir(dir)) {
+      return NotFound(dir + ": missing, but param_shapes of " + model_states_.front().name + " lists '" + name + "'");
+    }
+    RS_ASSIGN_OR_RETURN(ParamEntry entry, IndexParamFolder(dir, name));
+    entry.listed = true;
+    entry.source_group = order[k].group;
+    for (int32_t t = 0; t < tp_degree_; ++t) {
+      const auto& index = shape_index[static_cast<size_t>(t)];
+      const auto it = index.find(name);
+      if (it == index.end()) {
+        return Corrupt(ModelStatesForTp(t)->archive.path() + ": param_shapes lacks '" + name +
+                       "', which tp rank 0 lists");
+      }
+      entry.tp_shapes.push_back(*it->second);
+    }
+    RS_RETURN_IF_ERROR(CheckStoredNumel(entry, *order[k].shape0));
+    entries[k] = std::move(entry);
+    return Status::Ok();
+  };
+  RS_RETURN_IF_ERROR(ParallelFor(order.size(), index_listed));
+  std::set<std::string> listed;
+  for (const Listed& l : order) listed.insert(*l.name);
+  params_ = std::move(entries);
 
   // Then the folders param_shapes does not list, by name: their order carries no meaning (the
   // converter writes them from a dict walk) and sorting makes the index reproducible.
@@ -476,10 +491,13 @@ Status UniversalCheckpoint::IndexParams(const std::string& zero_dir) {
     if (it->is_directory(type_ec) && listed.count(name) == 0) unlisted.push_back(name);
   }
   std::sort(unlisted.begin(), unlisted.end());
-  for (const std::string& name : unlisted) {
-    RS_ASSIGN_OR_RETURN(ParamEntry entry, IndexParamFolder(zero_dir + "/" + name, name));
-    params_.push_back(std::move(entry));
-  }
+  std::vector<ParamEntry> unlisted_entries(unlisted.size());
+  auto index_unlisted = [&](size_t k) -> Status {
+    RS_ASSIGN_OR_RETURN(unlisted_entries[k], IndexParamFolder(zero_dir + "/" + unlisted[k], unlisted[k]));
+    return Status::Ok();
+  };
+  RS_RETURN_IF_ERROR(ParallelFor(unlisted.size(), index_unlisted));
+  for (ParamEntry& entry : unlisted_entries) params_.push_back(std::move(entry));
   // Folder names are unique, so every name maps to exactly one entry.
   for (size_t k = 0; k < params_.size(); ++k) param_index_.emplace(params_[k].name, k);
   return Status::Ok();
