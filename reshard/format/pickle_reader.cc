@@ -72,11 +72,19 @@ struct StrKeyEq {
 // str key node -> position of that key in the dict's items.
 using DictKeyIndex = std::unordered_map<NodeId, size_t, StrKeyHash, StrKeyEq>;
 
+// The arena's budget for a pickle of `input_bytes` (PickleLimits::max_tree_bytes), saturating.
+uint64_t TreeBudget(uint64_t input_bytes, const PickleLimits& limits) {
+  const uint64_t per_input = limits.max_tree_bytes_per_input_byte;
+  const uint64_t scaled = per_input != 0 && input_bytes > UINT64_MAX / per_input ? UINT64_MAX : input_bytes * per_input;
+  return std::max(limits.max_tree_bytes, scaled);
+}
+
 class Unpickler {
  public:
   Unpickler(std::string_view input, const PickleLimits& limits)
       : input_(input), limits_(limits),
-        node_limit_(std::min(limits.max_nodes, limits.max_tree_bytes / kBytesPerNode)) {}
+        tree_budget_(TreeBudget(input.size(), limits)),
+        node_limit_(std::min(limits.max_nodes, tree_budget_ / kBytesPerNode)) {}
 
   Result<PickleTree> Run();
 
@@ -152,7 +160,8 @@ class Unpickler {
   // What a node costs in the arena and depth_ (its child lists and payload are bounded by the
   // input's size, not by the node count).
   static constexpr uint64_t kBytesPerNode = sizeof(Node) + sizeof(uint32_t);
-  const uint64_t node_limit_;  // max_nodes, lowered to what max_tree_bytes holds
+  const uint64_t tree_budget_;  // bytes the arena may take (PickleLimits::max_tree_bytes)
+  const uint64_t node_limit_;   // max_nodes, lowered to what tree_budget_ holds
   std::vector<NodeId> stack_;
   std::vector<size_t> marks_;  // stack_.size() at each open MARK
   std::unordered_map<uint32_t, NodeId> memo_;
@@ -443,7 +452,7 @@ Status Unpickler::Adopt(NodeId id, uint64_t depth) {
     return Fail(StatusCode::kResourceExhausted,
                 "node limit " + std::to_string(node_limit_) + " exceeded" +
                     (node_limit_ < limits_.max_nodes
-                         ? " (the tree's " + std::to_string(limits_.max_tree_bytes) + "-byte budget)"
+                         ? " (the tree's " + std::to_string(tree_budget_) + "-byte budget)"
                          : ""));
   }
   if (depth > limits_.max_depth) {

@@ -650,10 +650,20 @@ TEST_CASE("pickle reader error: node, stack, mark and payload limits", "[format]
 
   // The arena's byte budget lowers the node limit to what it holds, and says so.
   limits = PickleLimits();
+  limits.max_tree_bytes_per_input_byte = 0;
   limits.max_tree_bytes = 3 * (sizeof(Node) + sizeof(uint32_t));
   CHECK(ParseError(four_nones, limits).message() ==
         "offset 8: NONE: node limit 3 exceeded (the tree's " + std::to_string(limits.max_tree_bytes) + "-byte budget)");
   limits.max_tree_bytes = 4 * (sizeof(Node) + sizeof(uint32_t));
+  CHECK(MustParse(four_nones, limits).size() == 4);
+
+  // A larger pickle gets max_tree_bytes_per_input_byte times its length, when that is more.
+  limits.max_tree_bytes = 1;
+  limits.max_tree_bytes_per_input_byte = 3 * (sizeof(Node) + sizeof(uint32_t)) / four_nones.size() + 1;
+  const uint64_t scaled = limits.max_tree_bytes_per_input_byte * four_nones.size();
+  CHECK(ParseError(four_nones, limits).message() ==
+        "offset 8: NONE: node limit 3 exceeded (the tree's " + std::to_string(scaled) + "-byte budget)");
+  limits.max_tree_bytes_per_input_byte = 4 * (sizeof(Node) + sizeof(uint32_t)) / four_nones.size() + 1;
   CHECK(MustParse(four_nones, limits).size() == 4);
 
   limits = PickleLimits();
