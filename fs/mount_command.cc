@@ -1,5 +1,7 @@
 #include "fs/mount_command.h"
 
+#include <malloc.h>
+
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -35,9 +37,10 @@ Status AddRunFolderFiles(const ServedCheckpoint& served, std::vector<NamespaceEn
   return Status::Ok();
 }
 
-}  // namespace
-
-Status RunMount(const MountOptions& options) {
+// Plans the mount and builds what it serves. The checkpoint's index (parameter entries, parsed
+// model-states trees) dies with `served` at return: the namespace holds only the planned files,
+// their views and the source descriptors.
+Result<Namespace> PlanNamespace(const MountOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   RS_ASSIGN_OR_RETURN(ServedCheckpoint served, ServedCheckpoint::Load(options.source, options.target));
   const double plan_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -59,9 +62,20 @@ Status RunMount(const MountOptions& options) {
   for (const plan::PlannedFile& file : served.files()) bytes += file.size();
   for (const plan::SafetensorsView& view : served.views()) bytes += view.size();
   spdlog::info("serving {} as TP {} x DP {}, ZeRO-{}, tag {}: {} checkpoint files and {} safetensors views, {} bytes, "
-               "planned in {:.3f} s",
+               "{} source files, planned in {:.3f} s",
                served.checkpoint().dir(), t.tp_size, t.dp_size, t.zero_stage, t.tag, served.files().size(),
-               served.views().size(), bytes, plan_seconds);
+               served.views().size(), bytes, served.sources().num_files(), plan_seconds);
+  return ns;
+}
+
+}  // namespace
+
+Status RunMount(const MountOptions& options) {
+  RS_ASSIGN_OR_RETURN(Namespace ns, PlanNamespace(options));
+  // Planning freed far more than it kept (every parsed state file, the checkpoint's index); give
+  // the freed heap back to the system before serving for days (measured: 59 -> 43 MB of RSS for
+  // a 4,000-parameter checkpoint before the index was dropped too).
+  ::malloc_trim(0);
   return Serve(ns, options.serve);
 }
 

@@ -19,11 +19,11 @@ Result<ServedCheckpoint> ServedCheckpoint::Plan(std::shared_ptr<const ucp::Unive
   auto files = std::make_shared<std::vector<plan::PlannedFile>>();
   auto views = std::make_shared<std::vector<plan::SafetensorsView>>();
   ServedCheckpoint out;
-  for (const plan::FilePlan& f : plan.files) {
-    RS_ASSIGN_OR_RETURN(plan::PlannedFile file, plan::PlannedFile::Create(f, plan.sources));
-    RS_ASSIGN_OR_RETURN(plan::SafetensorsView view, plan::SafetensorsView::Create(f, file));
+  for (plan::FilePlan& f : plan.files) {
+    RS_ASSIGN_OR_RETURN(plan::SafetensorsView view, plan::SafetensorsView::Create(f));
     const std::string name = f.path.substr(f.path.rfind('/') + 1);
     out.view_paths_.push_back(plan.target.tag + "/safetensors/" + name.substr(0, name.rfind(".pt")) + ".safetensors");
+    RS_ASSIGN_OR_RETURN(plan::PlannedFile file, plan::PlannedFile::Create(std::move(f), plan.sources));
     files->push_back(std::move(file));
     views->push_back(std::move(view));
   }

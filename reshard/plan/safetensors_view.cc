@@ -61,7 +61,7 @@ Status Collect(const format::PickleTree& tree, NodeId id, const std::string& nam
 
 }  // namespace
 
-Result<SafetensorsView> SafetensorsView::Create(const FilePlan& plan, const PlannedFile& file) {
+Result<SafetensorsView> SafetensorsView::Create(const FilePlan& plan) {
   std::vector<Found> found;
   std::set<NodeId> open;
   uint64_t visits = 0;
@@ -69,7 +69,7 @@ Result<SafetensorsView> SafetensorsView::Create(const FilePlan& plan, const Plan
     return s.Annotate(plan.path);
   }
   std::map<std::string, uint32_t> storage_index;
-  for (size_t i = 0; i < file.storages().size(); ++i) storage_index[file.storages()[i].key] = static_cast<uint32_t>(i);
+  for (size_t i = 0; i < plan.storages.size(); ++i) storage_index[plan.storages[i].key] = static_cast<uint32_t>(i);
   SafetensorsView view;
   std::vector<format::SafetensorsTensor> tensors;
   for (const Found& f : found) {

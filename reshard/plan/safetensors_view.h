@@ -27,14 +27,16 @@ namespace reshard::plan {
 
 class SafetensorsView {
  public:
-  // `plan` must be the plan `file` was created from (same storages, same keys). Errors: a tensor
-  // whose storage the plan does not hold (kInternal); whatever LayoutSafetensors refuses.
-  static Result<SafetensorsView> Create(const FilePlan& plan, const PlannedFile& file);
+  // The view of the file `plan` describes; made before the plan is handed to PlannedFile::Create
+  // (which takes its storages), so nothing is copied. Errors: a tensor whose storage the plan
+  // does not hold (kInternal); whatever LayoutSafetensors refuses.
+  static Result<SafetensorsView> Create(const FilePlan& plan);
 
   uint64_t size() const { return file_.size(); }
   const std::vector<std::string>& names() const { return names_; }
 
-  // `file` must be the PlannedFile given to Create (the view reads its storages).
+  // `file` must be the PlannedFile created from the plan given to Create (the view reads its
+  // storages, numbered as in the plan).
   Result<size_t> Read(const PlannedFile& file, const SourceFiles& files, uint64_t offset, uint8_t* out,
                       size_t length) const;
 
