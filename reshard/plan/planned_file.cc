@@ -126,12 +126,17 @@ Status PlannedFile::ReadElements(const SourceFiles& files, uint32_t index, uint6
           const uint64_t step = std::min<uint64_t>(n - done, kStagingElems);
           RS_RETURN_IF_ERROR(files.ReadElements(s.extents[i].source, src, step,
                                                 reinterpret_cast<uint8_t*>(staging.in.get())));
+          // Converted straight into the reply buffer when it is 2-byte aligned (always, but for a
+          // read that starts at an odd offset): one copy of the output bytes less.
+          uint8_t* dest = out + done * item;
+          const bool aligned = reinterpret_cast<uintptr_t>(dest) % alignof(uint16_t) == 0;
+          uint16_t* converted = aligned ? reinterpret_cast<uint16_t*>(dest) : staging.out.get();
           if (s.conversion == Conversion::kFp32ToBf16) {
-            view::Float32ToBFloat16(staging.in.get(), staging.out.get(), step);
+            view::Float32ToBFloat16(staging.in.get(), converted, step);
           } else {
-            view::Float32ToFloat16(staging.in.get(), staging.out.get(), step);
+            view::Float32ToFloat16(staging.in.get(), converted, step);
           }
-          std::memcpy(out + done * item, staging.out.get(), step * item);
+          if (!aligned) std::memcpy(dest, staging.out.get(), step * item);
           done += step;
           src += step;
         }
