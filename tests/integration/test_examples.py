@@ -45,3 +45,25 @@ def test_hf_trainer_resume_example(reshardfs_python: Path, tmp_path: Path) -> No
     assert done.returncode == 0, output[-6000:]
     assert "PASS: the resume from the mount equals DeepSpeed's load_universal" in done.stdout, output[-6000:]
     assert not os.path.ismount(tmp_path / "work" / "mnt"), "the example left its mount behind"
+
+
+@FULL  # six DeepSpeed launches (a ZeRO-3 save, then three ways at two stages, 4 ranks each): the full tier
+@requires_fuse
+@pytest.mark.timeout(EXAMPLE_TIMEOUT_S + 60)
+def test_resume_benchmark_ways_load_the_same_state(reshardfs: Path, tmp_path: Path) -> None:
+    """scripts/bench_resume.py on a small checkpoint: every way (engine.load_checkpoint of a mount, DeepSpeed's
+    load_universal, reshardfs.restore) resumes at ZeRO-1 and ZeRO-3, and, stage by stage, all three leave
+    bit-identical fp32 partitions and Adam states on every rank (the table's digest column: one letter per
+    stage). A way that loaded nothing fails in its ranks (the digest must change)."""
+    env = dict(os.environ, RESHARDFS_BUILD_DIR=str(reshardfs.parents[1]))
+    out = tmp_path / "bench_resume.md"
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_resume.py"), "--size-gb", "0.05",
+                           "--caches", "warm", "--workdir", str(tmp_path / "work"), "--out", str(out)],
+                          env=env, capture_output=True, text=True, timeout=EXAMPLE_TIMEOUT_S)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
+    rows = [line.split("|")[1:-1] for line in out.read_text().splitlines() if line.startswith("| 1 ") or
+            line.startswith("| 3 ")]
+    assert sorted((r[0].strip(), r[1].strip()) for r in rows) == sorted(
+        (s, w) for s in ("1", "3") for w in ("mount", "universal", "restore")), out.read_text()
+    assert all(r[-1].strip() == "A" for r in rows), out.read_text()
+    assert out.with_suffix(".png").stat().st_size > 0
