@@ -189,7 +189,7 @@ def restore(engine: Any, src: str | Path, model_config: str | Path | None = None
     lp_groups = opt.fp16_groups if stage == 3 else opt.bit16_groups
     if len(plan.flats) != len(flats_live):
         raise ValueError(f"the plan has {len(plan.flats)} flat partitions, the engine {len(flats_live)}")
-    optim_sd = torch.load(tag_dir / "zero" / "optimizer_state.pt", map_location="cpu", weights_only=False)
+    optim_sd = torch.load(tag_dir / "zero" / "optimizer_state.pt", map_location="cpu", weights_only=False, mmap=True)
     buffers, tensors = [], []
     for i, (flat, fp32) in enumerate(zip(plan.flats, flats_live)):
         _check_names(f"flat partition {i}", flat["param_names"], [names[p] for p in lp_groups[i]])
