@@ -439,8 +439,9 @@ Status UniversalCheckpoint::IndexParams(const std::string& zero_dir) {
   num_source_groups_ = static_cast<int32_t>(shapes_by_tp[0].size());
   RS_RETURN_IF_ERROR(CheckParamGroups());
 
-  // Index the folders in parallel (thousands of small files: mostly open/mmap/parse), then check
-  // them in order, so the first error reported is the one a sequential walk would meet.
+  // Index and check the folders in parallel (thousands of small files: mostly open/read/parse);
+  // ParallelFor returns the error of the lowest failing parameter, the one a sequential walk
+  // would meet first.
   struct Listed {
     const std::string* name;
     const std::vector<int64_t>* shape0;
