@@ -3,10 +3,12 @@
 #include <memory>
 #include <utility>
 
+#include "reshard/native/native_checkpoint.h"
+
 namespace reshard::fs {
 
 Result<ServedCheckpoint> ServedCheckpoint::Load(const std::string& source, const TargetFlags& flags) {
-  RS_ASSIGN_OR_RETURN(ucp::UniversalCheckpoint ckpt, ucp::UniversalCheckpoint::Open(source));
+  RS_ASSIGN_OR_RETURN(ucp::UniversalCheckpoint ckpt, native::OpenCheckpointSource(source));
   return Plan(std::make_shared<const ucp::UniversalCheckpoint>(std::move(ckpt)), flags);
 }
 

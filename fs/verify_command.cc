@@ -18,6 +18,7 @@
 #include "reshard/base/unique_fd.h"
 #include "reshard/format/safetensors_reader.h"
 #include "reshard/format/torch_archive.h"
+#include "reshard/native/native_checkpoint.h"
 #include "reshard/ucp/source_check.h"
 
 namespace reshard::fs {
@@ -209,7 +210,7 @@ Status RunVerify(const VerifyOptions& options, std::ostream& out) {
 
   // One Open of the source serves both halves: the target is planned from the same index.
   std::shared_ptr<const ucp::UniversalCheckpoint> checkpoint;
-  if (Result<ucp::UniversalCheckpoint> opened = ucp::UniversalCheckpoint::Open(options.source); opened.ok()) {
+  if (Result<ucp::UniversalCheckpoint> opened = native::OpenCheckpointSource(options.source); opened.ok()) {
     checkpoint = std::make_shared<const ucp::UniversalCheckpoint>(std::move(*opened));
   } else {
     doc["problems"].push_back(opened.status().message());

@@ -31,6 +31,7 @@
 #include "gpu/node_executor.h"
 #include "reshard/plan/rank_state_plan.h"
 #include "reshard/plan/target_config.h"
+#include "reshard/native/native_checkpoint.h"
 #include "reshard/ucp/universal_checkpoint.h"
 #ifdef RESHARDFS_WITH_CUDA
 #include "gpu/cuda_backend.h"
@@ -68,7 +69,7 @@ nlohmann::ordered_json ParseObject(const std::string& text, const char* what) {
 std::vector<plan::RankStatePlan> PlanRanks(const std::string& source, const std::string& ds_config_json, int tp_size,
                                            int dp_size, const std::vector<std::pair<int, int>>& coords,
                                            const std::string& model_config_json) {
-  ucp::UniversalCheckpoint ckpt = Unwrap(ucp::UniversalCheckpoint::Open(source));
+  ucp::UniversalCheckpoint ckpt = Unwrap(native::OpenCheckpointSource(source));
   const nlohmann::ordered_json config = ParseObject(ds_config_json, "ds_config");
   const nlohmann::ordered_json model_json = ParseObject(model_config_json, "model config");
   plan::ModelConfig model;

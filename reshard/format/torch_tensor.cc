@@ -125,14 +125,15 @@ bool TensorRef::is_contiguous() const {
   return true;
 }
 
-Result<std::optional<TensorRef>> MatchTensor(const PickleTree& tree, NodeId id) {
-  const Node* reduce = Get(tree, id, NodeKind::kReduce);
-  if (reduce == nullptr || reduce->items.size() != 2) return std::optional<TensorRef>();
-  const bool v2 = tree.IsGlobal(reduce->items[0], kUtils, "_rebuild_tensor_v2");
-  const bool v3 = tree.IsGlobal(reduce->items[0], kUtils, "_rebuild_tensor_v3");
+namespace {
+
+// The tensor `id` stands for when it calls `fn` with `args_id`: a _rebuild_tensor_v2/v3 call.
+Result<std::optional<TensorRef>> MatchRebuildCall(const PickleTree& tree, NodeId id, NodeId fn, NodeId args_id) {
+  const bool v2 = tree.IsGlobal(fn, kUtils, "_rebuild_tensor_v2");
+  const bool v3 = tree.IsGlobal(fn, kUtils, "_rebuild_tensor_v3");
   if (!v2 && !v3) return std::optional<TensorRef>();
 
-  const Node* args = Get(tree, reduce->items[1], NodeKind::kTuple);
+  const Node* args = Get(tree, args_id, NodeKind::kTuple);
   const size_t arity = v3 ? 7 : 6;
   if (args == nullptr || args->items.size() < arity) {
     return Bad(std::string(v3 ? "_rebuild_tensor_v3" : "_rebuild_tensor_v2") +
@@ -165,6 +166,31 @@ Result<std::optional<TensorRef>> MatchTensor(const PickleTree& tree, NodeId id) 
   }
   RS_RETURN_IF_ERROR(CheckViewFits(t));
   return std::optional<TensorRef>(std::move(t));
+}
+
+}  // namespace
+
+Result<std::optional<TensorRef>> MatchTensor(const PickleTree& tree, NodeId id) {
+  const Node* reduce = Get(tree, id, NodeKind::kReduce);
+  if (reduce == nullptr || reduce->items.size() != 2) return std::optional<TensorRef>();
+  return MatchRebuildCall(tree, id, reduce->items[0], reduce->items[1]);
+}
+
+Result<std::optional<TensorRef>> MatchTensorWithAttributes(const PickleTree& tree, NodeId id) {
+  RS_ASSIGN_OR_RETURN(std::optional<TensorRef> plain, MatchTensor(tree, id));
+  if (plain) return plain;
+  const Node* reduce = Get(tree, id, NodeKind::kReduce);
+  if (reduce == nullptr || reduce->items.size() != 2 ||
+      !tree.IsGlobal(reduce->items[0], "torch._tensor", "_rebuild_from_type_v2")) {
+    return std::optional<TensorRef>();
+  }
+  const Node* call = Get(tree, reduce->items[1], NodeKind::kTuple);
+  // (func, type, args, state): only a plain torch.Tensor whose state is its attribute dict.
+  if (call == nullptr || call->items.size() != 4 || !tree.IsGlobal(call->items[1], "torch", "Tensor") ||
+      Get(tree, call->items[3], NodeKind::kDict) == nullptr) {
+    return std::optional<TensorRef>();
+  }
+  return MatchRebuildCall(tree, id, call->items[0], call->items[2]);
 }
 
 Result<NodeId> AddTensor(PickleTree& tree, const TensorRef& t) {

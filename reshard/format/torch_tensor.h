@@ -56,6 +56,13 @@ struct TensorRef {
   bool is_contiguous() const;
 };
 
+// MatchTensor, and also a plain torch.Tensor that carries Python attributes, which torch pickles
+// as REDUCE(torch._tensor._rebuild_from_type_v2, (_rebuild_tensor_v2|v3, torch.Tensor, args,
+// {attr: value})) — DeepSpeed's ZeRO-3 fp32_flat_groups (attribute ds_id). The attributes do not
+// change the data; the TensorRef's node is the outer call. For readers that locate tensor data;
+// the walkers and writers keep MatchTensor's narrower view (such calls stay opaque there).
+Result<std::optional<TensorRef>> MatchTensorWithAttributes(const PickleTree& tree, NodeId id);
+
 // Matches a persistent id node (BINPERSID of ('storage', class, key, location, numel)).
 // Errors as for MatchTensor.
 Result<StorageRef> MatchStorage(const PickleTree& tree, NodeId persid);

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "reshard/plan/param_slice.h"
+#include "reshard/plan/state_extents.h"
 
 namespace reshard::plan {
 
@@ -26,8 +27,7 @@ Result<LpWeight> PlanLpWeight(const ucp::UniversalCheckpoint& ckpt, const ucp::P
     return Unsupported(fp32.path + ": the lp weights are derived from float32 masters, this one is " +
                        std::string(format::TorchName(fp32.dtype)));
   }
-  AppendExtents(out.extents, sources.Intern(Source{fp32.path, fp32.data_offset, fp32.dtype, fp32.numel()}),
-                slice.gather);
+  RS_RETURN_IF_ERROR(AppendStateExtents(out.extents, sources, fp32, slice.gather));
   out.shape = std::move(slice.local_shape);
   return out;
 }

@@ -25,8 +25,7 @@ const format::TorchArchive& FirstModelStates(const ucp::UniversalCheckpoint& ckp
 
 // The value of `key` in zero/optimizer_state.pt, or kNoNode.
 NodeId OptimValue(const ucp::UniversalCheckpoint& ckpt, std::string_view key) {
-  const format::PickleTree& t = OptimizerState(ckpt).tree();
-  return format::DictLookup(t, t.root(), key);
+  return format::DictLookup(OptimizerState(ckpt).tree(), ckpt.optimizer_state_root(), key);
 }
 
 // Copies optimizer_state.pt[key] when present, else builds `fallback`.
@@ -79,7 +78,7 @@ Result<NodeId> Step(FileBuilder& b, const ucp::UniversalCheckpoint& ckpt, const 
   }
   const format::TorchArchive& optim = OptimizerState(ckpt);
   const format::PickleTree& t = optim.tree();
-  const NodeId osd = format::DictLookup(t, t.root(), "optimizer_state_dict");
+  const NodeId osd = format::DictLookup(t, ckpt.optimizer_state_root(), "optimizer_state_dict");
   const NodeId state = format::DictLookup(t, osd, "state");
   const std::vector<NodeId>* items = format::DictItems(t, state);
   if (g < ckpt.param_groups().size() && !ckpt.param_groups()[g].params.empty() && items != nullptr) {

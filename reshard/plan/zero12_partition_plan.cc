@@ -3,6 +3,7 @@
 #include "reshard/layout/tp_partition.h"
 #include "reshard/plan/optimizer_groups.h"
 #include "reshard/plan/param_slice.h"
+#include "reshard/plan/state_extents.h"
 
 namespace reshard::plan {
 namespace {
@@ -27,10 +28,8 @@ Result<ExtentList> StateExtents(const std::vector<const ucp::ParamEntry*>& param
     const ucp::ParamEntry& p = *params[f.param];
     const auto it = p.states.find(state);
     if (it == p.states.end()) return NotFound("parameter '" + p.name + "' has no " + state + ".pt");
-    const ucp::StateTensor& t = it->second;
-    const uint32_t source = sources.Intern(Source{t.path, t.data_offset, t.dtype, t.numel()});
     RS_ASSIGN_OR_RETURN(view::GatherList piece, view::Slice(slices[f.param].gather, f.lp_start, f.numel));
-    AppendExtents(out, source, piece);
+    RS_RETURN_IF_ERROR(AppendStateExtents(out, sources, it->second, piece));
     filled = f.hp_start + f.numel;
   }
   if (filled > part.partition_numel) return Internal("fragments run past the partition");

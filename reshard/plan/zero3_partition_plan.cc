@@ -6,6 +6,7 @@
 #include "reshard/layout/zero_partition.h"
 #include "reshard/plan/optimizer_groups.h"
 #include "reshard/plan/param_slice.h"
+#include "reshard/plan/state_extents.h"
 
 namespace reshard::plan {
 namespace {
@@ -53,10 +54,8 @@ Result<std::vector<RankSubGroup>> PlanZero3Rank(const ucp::UniversalCheckpoint& 
       for (const char* state : {"fp32", "exp_avg", "exp_avg_sq"}) {
         const auto it = p.states.find(state);
         if (it == p.states.end()) return NotFound("parameter '" + p.name + "' has no " + state + ".pt");
-        const ucp::StateTensor& t = it->second;
-        const uint32_t source = sources.Intern(Source{t.path, t.data_offset, t.dtype, t.numel()});
         ExtentList& list = rs.states[state];
-        AppendExtents(list, source, piece);
+        RS_RETURN_IF_ERROR(AppendStateExtents(list, sources, it->second, piece));
         AppendZeros(list, part.partition_numel - part.real_numel);
       }
     }

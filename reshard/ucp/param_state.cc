@@ -133,39 +133,7 @@ Result<StateFile> ParseStateFile(const std::string& path) {
 // step.pt is saved as-is from the optimizer state: never a dict, so it has its own parser.
 Result<Step> ParseStepFile(const std::string& path) {
   RS_ASSIGN_OR_RETURN(TorchArchive archive, TorchArchive::Open(path));
-  const PickleTree& tree = archive.tree();
-  const NodeId root = tree.root();
-  Step step;
-  if (const auto i = format::AsInt(tree, root)) {
-    step.int_value = *i;
-    step.value = static_cast<double>(*i);
-    return step;
-  }
-  auto tensor = format::MatchTensor(tree, root);
-  if (!tensor.ok()) return tensor.status().Annotate(path);
-  const bool scalar_float =
-      *tensor && (*tensor)->shape.empty() &&
-      ((*tensor)->dtype == format::DType::kFloat32 || (*tensor)->dtype == format::DType::kFloat64);
-  if (!scalar_float) {
-    return Unsupported(path + ": step must be an int or a 0-d float32/float64 tensor, got " +
-                       (*tensor ? "a tensor of shape " + ShapeString((*tensor)->shape) + " and dtype " +
-                                      std::string(format::TorchName((*tensor)->dtype))
-                                : DescribeNode(tree, root)));
-  }
-  auto located = LocateTensor(archive, **tensor);
-  if (!located.ok()) return located.status().Annotate(path);
-  step.is_tensor = true;
-  step.tensor = std::move(located).value();
-  // The one place tensor bytes are read at mount: the step is a value the planner re-emits.
-  const uint8_t* bytes = archive.file().data() + step.tensor.data_offset;
-  if (step.tensor.dtype == format::DType::kFloat32) {
-    float f;
-    std::memcpy(&f, bytes, sizeof(f));
-    step.value = f;
-  } else {
-    std::memcpy(&step.value, bytes, sizeof(step.value));
-  }
-  return step;
+  return ParseStep(archive, archive.tree().root());
 }
 
 // For the disagreement message only: names the keys that differ without dumping the spec.
@@ -203,6 +171,42 @@ Status CheckAgrees(const std::string& dir, const std::string& key, const StateFi
 }
 
 }  // namespace
+
+Result<Step> ParseStep(const TorchArchive& archive, NodeId root) {
+  const std::string& path = archive.path();
+  const PickleTree& tree = archive.tree();
+  Step step;
+  if (const auto i = format::AsInt(tree, root)) {
+    step.int_value = *i;
+    step.value = static_cast<double>(*i);
+    return step;
+  }
+  auto tensor = format::MatchTensor(tree, root);
+  if (!tensor.ok()) return tensor.status().Annotate(path);
+  const bool scalar_float =
+      *tensor && (*tensor)->shape.empty() &&
+      ((*tensor)->dtype == format::DType::kFloat32 || (*tensor)->dtype == format::DType::kFloat64);
+  if (!scalar_float) {
+    return Unsupported(path + ": step must be an int or a 0-d float32/float64 tensor, got " +
+                       (*tensor ? "a tensor of shape " + ShapeString((*tensor)->shape) + " and dtype " +
+                                      std::string(format::TorchName((*tensor)->dtype))
+                                : DescribeNode(tree, root)));
+  }
+  auto located = LocateTensor(archive, **tensor);
+  if (!located.ok()) return located.status().Annotate(path);
+  step.is_tensor = true;
+  step.tensor = std::move(located).value();
+  // The one place tensor bytes are read at mount: the step is a value the planner re-emits.
+  const uint8_t* bytes = archive.file().data() + step.tensor.data_offset;
+  if (step.tensor.dtype == format::DType::kFloat32) {
+    float f;
+    std::memcpy(&f, bytes, sizeof(f));
+    step.value = f;
+  } else {
+    std::memcpy(&step.value, bytes, sizeof(step.value));
+  }
+  return step;
+}
 
 // The archive already checked that the view fits its storage and that the storage record holds exactly
 // the storage's bytes; the offset is recomputed with checked arithmetic all the same, because it leaves

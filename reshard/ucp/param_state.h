@@ -47,13 +47,25 @@
 
 namespace reshard::ucp {
 
-// One tensor stored in a state file (the `param` of a dict, or the bare tensor).
+// A contiguous run of a state tensor's elements inside one file.
+struct TensorPiece {
+  std::string path;
+  uint64_t data_offset = 0;  // absolute byte offset of the run's first element
+  uint64_t numel = 0;        // elements in the run, > 0
+};
+
+// One state tensor of a parameter, in C order: stored whole in one file (a universal
+// checkpoint's state file: `path`/`data_offset`), or, for a native source, the concatenation of
+// `pieces` (the parameter's fragments of the DP ranks' flat partitions, in rank order).
 struct StateTensor {
-  std::string path;          // the .pt file, as built from the path given to Open
+  std::string path;          // the .pt file, as built from the path given to Open (native: the first piece's)
   uint64_t data_offset = 0;  // absolute byte offset of element 0 in `path`
   format::DType dtype = format::DType::kFloat32;
   std::vector<int64_t> shape;  // elements per dimension; contiguous (C order), checked
   uint64_t nbytes = 0;         // numel * itemsize, checked against the storage record
+  // Empty: the tensor is [data_offset, data_offset + nbytes) of `path`. Otherwise its elements
+  // are these runs in order; their numel sum to numel() (checked by the reader that built them).
+  std::vector<TensorPiece> pieces;
 
   uint64_t numel() const;  // product of `shape` (1 for a 0-d tensor); overflow ruled out when indexed
 };
@@ -71,6 +83,10 @@ struct Step {
   double value = 0.0;     // the step as a number: int_value, or the tensor's one element
   StateTensor tensor;     // when is_tensor: float32 (4 bytes) or float64 (8 bytes), shape {}
 };
+
+// The step `node` of `archive` holds: an int, or a 0-d float32/float64 tensor (its value read
+// from the file). kUnsupported for anything else; messages start with the archive's path.
+Result<Step> ParseStep(const format::TorchArchive& archive, format::NodeId node);
 
 // The category keys of a dict-format state file (§1.4 and §2.3 of the reference), as written.
 // All unset for bare tensors. Equal across the states of one parameter (checked).

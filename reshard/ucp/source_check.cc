@@ -41,43 +41,58 @@ uint64_t CountNonFinite(format::DType dtype, const uint8_t* data, size_t n) {
   }
 }
 
-// Reads the tensor `t` and adds it to `totals`; a problem with its file becomes a line of `problems`.
+// Reads one contiguous run [offset, offset + nbytes) of `path` and counts its non-finite values;
+// a problem with the file becomes a line of `problems` (false).
+bool CheckRun(const std::string& where, const std::string& path, uint64_t offset, uint64_t nbytes,
+              format::DType dtype, uint8_t* buffer, uint64_t& non_finite, std::vector<std::string>& problems) {
+  const uint64_t itemsize = format::ItemSize(dtype);
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  struct stat st {};
+  if (!fd.valid() || ::fstat(fd.get(), &st) != 0) {
+    problems.push_back(where + ": " + path + ": " + std::strerror(errno));
+    return false;
+  }
+  if (!RangeFits(offset, nbytes, static_cast<uint64_t>(st.st_size))) {
+    problems.push_back(where + ": " + path + ": its tensor needs bytes [" + std::to_string(offset) + ", +" +
+                       std::to_string(nbytes) + ") but the file holds " + std::to_string(st.st_size));
+    return false;
+  }
+  const size_t chunk = kChunkBytes / itemsize * itemsize;
+  for (uint64_t done = 0; done < nbytes;) {
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(chunk, nbytes - done));
+    const ssize_t n = ::pread(fd.get(), buffer, want, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      problems.push_back(where + ": " + path + ": cannot read at offset " + std::to_string(offset + done) + ": " +
+                         (n < 0 ? std::strerror(errno) : "the file ended"));
+      return false;
+    }
+    const size_t whole = static_cast<size_t>(n) / itemsize * itemsize;  // a split element is read again
+    non_finite += CountNonFinite(dtype, buffer, whole / itemsize);
+    done += whole;
+  }
+  return true;
+}
+
+// Reads the tensor `t` (whole, or its pieces of a native source) and adds it to `totals`.
 void CheckTensor(const std::string& param, const std::string& key, const StateTensor& t, uint8_t* buffer,
                  StateTotals& totals, std::vector<std::string>& problems) {
-  const uint64_t itemsize = format::ItemSize(t.dtype);
   totals.tensors += 1;
   totals.elements += t.numel();
   totals.bytes += t.nbytes;
-  const std::string where = "parameter '" + param + "' " + key + ": " + t.path;
-  UniqueFd fd(::open(t.path.c_str(), O_RDONLY | O_CLOEXEC));
-  struct stat st {};
-  if (!fd.valid() || ::fstat(fd.get(), &st) != 0) {
-    problems.push_back(where + ": " + std::strerror(errno));
-    return;
-  }
-  if (!RangeFits(t.data_offset, t.nbytes, static_cast<uint64_t>(st.st_size))) {
-    problems.push_back(where + ": its tensor needs bytes [" + std::to_string(t.data_offset) + ", +" +
-                       std::to_string(t.nbytes) + ") but the file holds " + std::to_string(st.st_size));
-    return;
-  }
+  const std::string where = "parameter '" + param + "' " + key;
+  const uint64_t itemsize = format::ItemSize(t.dtype);
   uint64_t non_finite = 0;
-  const size_t chunk = kChunkBytes / itemsize * itemsize;
-  for (uint64_t done = 0; done < t.nbytes;) {
-    const size_t want = static_cast<size_t>(std::min<uint64_t>(chunk, t.nbytes - done));
-    const ssize_t n = ::pread(fd.get(), buffer, want, static_cast<off_t>(t.data_offset + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      problems.push_back(where + ": cannot read at offset " + std::to_string(t.data_offset + done) + ": " +
-                         (n < 0 ? std::strerror(errno) : "the file ended"));
-      return;
+  if (t.pieces.empty()) {
+    if (!CheckRun(where, t.path, t.data_offset, t.nbytes, t.dtype, buffer, non_finite, problems)) return;
+  } else {
+    for (const TensorPiece& p : t.pieces) {
+      if (!CheckRun(where, p.path, p.data_offset, p.numel * itemsize, t.dtype, buffer, non_finite, problems)) return;
     }
-    const size_t whole = static_cast<size_t>(n) / itemsize * itemsize;  // a split element is read again
-    non_finite += CountNonFinite(t.dtype, buffer, whole / itemsize);
-    done += whole;
   }
   totals.non_finite += non_finite;
   if (non_finite > 0) {
-    problems.push_back(where + ": " + std::to_string(non_finite) + " of " + std::to_string(t.numel()) +
+    problems.push_back(where + ": " + t.path + ": " + std::to_string(non_finite) + " of " + std::to_string(t.numel()) +
                        " values are NaN or infinite");
   }
 }

@@ -1,5 +1,10 @@
 // UniversalCheckpoint: a DeepSpeed universal checkpoint (UCP) folder, opened and indexed without
-// loading tensor data.
+// loading tensor data. This is the one logical source the planner reads: Open() indexes a UCP
+// folder that ds_to_universal wrote; native::OpenNativeCheckpoint (reshard/native/) indexes a
+// native checkpoint as the UCP ds_to_universal *would* write for it (the same parameters, order,
+// shapes, categories and optimizer state, each state a view over the native files' fragments),
+// so no slicing rule is written twice. native::OpenCheckpointSource takes either and tells them
+// apart.
 //
 // A UCP is what `ds_to_universal` writes (deepspeed_universal.md §1):
 //   <tag>/zero/<param>/{fp32,exp_avg,exp_avg_sq[,step]}.pt   one folder per parameter (param_state.h)
@@ -54,6 +59,10 @@
 #include "reshard/ucp/checkpoint_info.h"
 #include "reshard/ucp/param_state.h"
 
+namespace reshard::native {
+class NativeReader;
+}
+
 namespace reshard::ucp {
 
 // One copied model-states file of the source run.
@@ -77,6 +86,9 @@ class UniversalCheckpoint {
   // `path`: the tag folder (…/global_step3_universal, the one holding zero/) or its parent that
   // holds `latest_universal` (read like DeepSpeed does: whitespace-stripped folder name).
   static Result<UniversalCheckpoint> Open(const std::string& path);
+
+  // True when this index was built from a native checkpoint (reshard/native/).
+  bool native() const { return native_; }
 
   UniversalCheckpoint(UniversalCheckpoint&&) = default;
   UniversalCheckpoint& operator=(UniversalCheckpoint&&) = default;
@@ -112,6 +124,10 @@ class UniversalCheckpoint {
   // zero/optimizer_state.pt: loss scaler, clip_grad, ds_version, ... (stage 3: also
   // optimizer_state_dict with rank 0's state and fp32_flat_groups) as an inert tree.
   const format::TorchArchive& optimizer_state() const { return optimizer_state_; }
+  // The dict in optimizer_state()'s tree that holds what zero/optimizer_state.pt holds: its root
+  // for a UCP; the rank-0 optimizer file's `optimizer_state_dict` for a native source (the keys
+  // the converter copies from there are read in place; those it drops are never looked up).
+  format::NodeId optimizer_state_root() const { return optimizer_state_root_; }
   const std::vector<ParamGroup>& param_groups() const { return param_groups_; }
   // Stage <= 2: mp_rank files ordered by TP rank. Stage 3: ordered by (tp_rank, dp_rank).
   const std::vector<ModelStatesFile>& model_states() const { return model_states_; }
@@ -123,6 +139,7 @@ class UniversalCheckpoint {
   const AffineSplit* FindAffineSplit(std::string_view name) const;
 
  private:
+  friend class native::NativeReader;
   UniversalCheckpoint() = default;
 
   // The steps of Open(), in order; each fills the members it names and returns the first error.
@@ -146,6 +163,8 @@ class UniversalCheckpoint {
   bool zero_stage_recorded_ = false;
   UniversalCheckpointInfo info_;
   format::TorchArchive optimizer_state_;
+  format::NodeId optimizer_state_root_ = format::kNoNode;
+  bool native_ = false;
   std::vector<ParamGroup> param_groups_;
   std::vector<ModelStatesFile> model_states_;
 };
