@@ -1,0 +1,124 @@
+"""A native DeepSpeed checkpoint as the source: every file served from it must be the file served from DeepSpeed's own
+ds_to_universal conversion of it, byte for byte.
+
+Sources are native checkpoints real DeepSpeed 0.19.8 saved: examples/tiny/native (ZeRO-1, DP 2, with its committed
+conversion) and the native re-saves kept in the goldens (ZeRO-1/2 fp32 and bf16 at DP 4, BF16_Optimizer, ZeRO-3 at DP 1
+and 2), converted here by `python -m deepspeed.checkpoint.ds_to_universal` (a few seconds each, once per session).
+Resuming from the universal source is tested against DeepSpeed's load_universal elsewhere (test_resume_from_mount.py);
+equal bytes carry that over to the native source.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from ds_reference import EXAMPLES
+from fuse_mount import requires_fuse, served_while
+from tiers import tiered
+
+REPO = EXAMPLES.parent
+GOLDENS = REPO / "tests" / "goldens"
+# id -> the native folder (holding `latest`).
+SOURCES = {
+    "tiny-z1-dp2": EXAMPLES / "tiny" / "native",
+    "z1-dp1-fp32": GOLDENS / "load_universal-tiny-z1-dp1-fp32" / "native_resaved",
+    "z1-dp4-fp32": GOLDENS / "load_universal-tiny-z1-dp4-fp32" / "native_resaved",
+    "z1-dp4-bf16": GOLDENS / "load_universal-tiny-z1-dp4-bf16" / "native_resaved",
+    "z2-dp4-fp32": GOLDENS / "load_universal-tiny-z2-dp4-fp32" / "native_resaved",
+    "z2-dp4-bf16": GOLDENS / "load_universal-tiny-z2-dp4-bf16" / "native_resaved",
+    "z3-dp1-fp32": GOLDENS / "load_universal-tiny_zero3-z3-dp1-fp32" / "native_resaved",
+    "z3-dp2-fp32": GOLDENS / "load_universal-tiny_zero3-z3-dp2-fp32" / "native_resaved",
+}
+DEFAULT_SOURCES = ("tiny-z1-dp2", "z2-dp4-bf16", "z3-dp2-fp32")
+# Targets: (ZeRO stage, DP, lp dtype).
+TARGETS = [(z, dp, lp) for z in (1, 2, 3) for dp in (1, 3, 4) for lp in ("fp32", "bf16")]
+CONVERT_TIMEOUT_S = 300
+
+
+@pytest.fixture(scope="session")
+def converted(tmp_path_factory: pytest.TempPathFactory):
+    """converted(id) -> the universal checkpoint ds_to_universal writes for SOURCES[id] (the folder with
+    latest_universal), converted once per session."""
+    done: dict[str, Path] = {}
+
+    def get(source_id: str) -> Path:
+        if source_id == "tiny-z1-dp2":
+            return EXAMPLES / "tiny" / "universal"
+        if source_id not in done:
+            native = SOURCES[source_id]
+            tag = (native / "latest").read_text().strip()
+            out = tmp_path_factory.mktemp(f"ucp-{source_id}")
+            argv = [sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder", native / tag,
+                    "--output_folder", out / f"{tag}_universal", "--num_extract_workers", "1",
+                    "--num_merge_workers", "1", "--inject_missing_state"]  # fmt: skip
+            run = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=CONVERT_TIMEOUT_S)
+            assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+            (out / "latest_universal").write_text(f"{tag}_universal")
+            done[source_id] = out
+        return done[source_id]
+
+    return get
+
+
+def materialize(reshardfs: Path, run_tool, source: Path, out: Path, stage: int, dp: int, lp: str) -> list[Path]:
+    result = run_tool(reshardfs, "materialize", source, out, "--zero-stage", stage, "--dp", dp, "--lp-dtype", lp, "-q")
+    assert result.returncode == 0, result
+    return sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("source_id", tiered(SOURCES, default=DEFAULT_SOURCES))
+def test_native_source_serves_the_files_of_its_conversion(source_id, converted, reshardfs, run_tool, tmp_path):
+    universal = converted(source_id)
+    compared = 0
+    for stage, dp, lp in TARGETS:
+        case = f"z{stage}-dp{dp}-{lp}"
+        native_files = materialize(reshardfs, run_tool, SOURCES[source_id], tmp_path / "n" / case, stage, dp, lp)
+        universal_files = materialize(reshardfs, run_tool, universal, tmp_path / "u" / case, stage, dp, lp)
+        assert native_files == universal_files, case
+        for rel in native_files:
+            a, b = tmp_path / "n" / case / rel, tmp_path / "u" / case / rel
+            assert filecmp.cmp(a, b, shallow=False), f"{case}: {rel} differs"
+            compared += 1
+    assert compared >= len(TARGETS) * 2
+    print(f"{source_id}: {compared} served files byte-identical across {len(TARGETS)} targets")
+
+
+@requires_fuse
+def test_mount_of_a_native_source_reads_like_materialize(reshardfs, run_tool, tmp_path):
+    """The FUSE server opens a native source too; torch.load of a served file gives the materialized file's tensors."""
+    source = SOURCES["tiny-z1-dp2"]
+    files = materialize(reshardfs, run_tool, source, tmp_path / "m", 2, 4, "bf16")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+
+    def read_all() -> dict[Path, bytes]:
+        return {rel: (mnt / rel).read_bytes() for rel in files}
+
+    served = served_while([reshardfs, "mount", source, mnt, "--zero-stage", 2, "--dp", 4, "--lp-dtype", "bf16", "-f"],
+                          mnt, tmp_path / "mount.log", read_all)
+    for rel, data in served.items():
+        assert data == (tmp_path / "m" / rel).read_bytes(), rel
+    optim = next(rel for rel in files if rel.name.endswith("optim_states.pt"))
+    state = torch.load(tmp_path / "m" / optim, map_location="cpu", weights_only=False)
+    assert state["optimizer_state_dict"]["single_partition_of_fp32_groups"][0].dtype == torch.float32
+
+
+def test_native_source_refusals_are_one_line(reshardfs, run_tool, tmp_path):
+    tp2 = run_tool(reshardfs, "plan", EXAMPLES / "tiny_llama_tp2" / "native", "--dp", 2)
+    assert tp2.returncode != 0
+    lines = tp2.stderr.strip().splitlines()
+    assert len(lines) == 1 and "saved with TP 2" in lines[0] and "ds_to_universal" in lines[0], tp2
+
+    broken = tmp_path / "broken"
+    subprocess.run(["cp", "-r", str(SOURCES["z2-dp4-fp32"]), str(broken)], check=True)
+    (broken / "global_step3" / "zero_pp_rank_2_mp_rank_00_optim_states.pt").unlink()
+    missing = run_tool(reshardfs, "plan", broken, "--dp", 2)
+    assert missing.returncode != 0
+    lines = missing.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no optimizer file for DP rank 2" in lines[0], missing
