@@ -55,16 +55,30 @@ Result<Namespace> PlanNamespace(const MountOptions& options) {
                        std::make_shared<const SafetensorsContent>(served.shared_files(), served.shared_views(), i,
                                                                   served.shared_sources())});
   }
+  if (!served.universal_root().empty()) {
+    entries.push_back({"latest_universal", std::make_shared<const InlineContent>(served.universal_root())});
+    for (size_t i = 0; i < served.universal_files().size(); ++i) {
+      entries.push_back({served.universal_files()[i].path(),
+                         std::make_shared<const PlannedContent>(served.shared_universal_files(), i,
+                                                                served.shared_sources())});
+    }
+    for (const auto& [path, source] : served.universal_copies()) {
+      RS_ASSIGN_OR_RETURN(std::shared_ptr<const PassthroughContent> content, PassthroughContent::Create(source));
+      entries.push_back({path, std::move(content)});
+    }
+  }
   RS_RETURN_IF_ERROR(AddRunFolderFiles(served, entries));
   RS_ASSIGN_OR_RETURN(Namespace ns, Namespace::Build(std::move(entries)));
   const plan::Target& t = served.target();
   uint64_t bytes = 0;
   for (const plan::PlannedFile& file : served.files()) bytes += file.size();
   for (const plan::SafetensorsView& view : served.views()) bytes += view.size();
-  spdlog::info("serving {} as TP {} x DP {}, ZeRO-{}, tag {}: {} checkpoint files and {} safetensors views, {} bytes, "
-               "{} source files, planned in {:.3f} s",
+  for (const plan::PlannedFile& file : served.universal_files()) bytes += file.size();
+  spdlog::info("serving {} as TP {} x DP {}, ZeRO-{}, tag {}: {} checkpoint files, {} safetensors views and {} "
+               "universal-view files, {} bytes, {} source files, planned in {:.3f} s",
                served.checkpoint().dir(), t.tp_size, t.dp_size, t.zero_stage, t.tag, served.files().size(),
-               served.views().size(), bytes, served.sources().num_files(), plan_seconds);
+               served.views().size(), served.universal_files().size(), bytes, served.sources().num_files(),
+               plan_seconds);
   return ns;
 }
 

@@ -29,6 +29,14 @@ Result<ServedCheckpoint> ServedCheckpoint::Plan(std::shared_ptr<const ucp::Unive
     files->push_back(std::move(file));
     views->push_back(std::move(view));
   }
+  auto universal = std::make_shared<std::vector<plan::PlannedFile>>();
+  for (plan::FilePlan& f : plan.universal.files) {
+    RS_ASSIGN_OR_RETURN(plan::PlannedFile file, plan::PlannedFile::Create(std::move(f), plan.sources));
+    universal->push_back(std::move(file));
+  }
+  if (ckpt.native()) out.universal_root_ = plan::UniversalViewRoot(ckpt);
+  out.universal_files_ = std::move(universal);
+  out.universal_copies_ = std::move(plan.universal.copies);
   out.target_ = plan.target;
   out.checkpoint_ = std::move(checkpoint);
   out.files_ = std::move(files);

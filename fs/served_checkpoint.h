@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "reshard/base/status.h"
@@ -37,6 +38,13 @@ class ServedCheckpoint {
   const std::vector<plan::SafetensorsView>& views() const { return *views_; }
   const std::vector<std::string>& view_paths() const { return view_paths_; }
   const plan::SourceFiles& sources() const { return *sources_; }
+  // A native source's universal view (plan/universal_view_plan.h): its planned files, and the
+  // model-states files it shows as they are (served path, source path). Empty otherwise.
+  const std::vector<plan::PlannedFile>& universal_files() const { return *universal_files_; }
+  const std::vector<std::pair<std::string, std::string>>& universal_copies() const { return universal_copies_; }
+  // The folder of the universal view ("" when there is none): what `latest_universal` holds.
+  const std::string& universal_root() const { return universal_root_; }
+  std::shared_ptr<const std::vector<plan::PlannedFile>> shared_universal_files() const { return universal_files_; }
   // Shared ownership for consumers that outlive this object's scope (the FUSE contents).
   std::shared_ptr<const std::vector<plan::PlannedFile>> shared_files() const { return files_; }
   std::shared_ptr<const std::vector<plan::SafetensorsView>> shared_views() const { return views_; }
@@ -49,6 +57,9 @@ class ServedCheckpoint {
   std::shared_ptr<const std::vector<plan::SafetensorsView>> views_;
   std::vector<std::string> view_paths_;
   std::shared_ptr<const plan::SourceFiles> sources_;
+  std::shared_ptr<const std::vector<plan::PlannedFile>> universal_files_;
+  std::vector<std::pair<std::string, std::string>> universal_copies_;
+  std::string universal_root_;
 };
 
 }  // namespace reshard::fs

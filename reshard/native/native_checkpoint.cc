@@ -157,6 +157,7 @@ Result<StateTensor> FlatTensor(const TorchArchive& archive, NodeId node, const s
 struct PendingState {
   std::vector<TensorPiece> pieces;
   format::DType dtype = format::DType::kFloat32;
+  bool requires_grad = false;  // any rank's flat tensor's (torch.cat of the fragments keeps it)
   uint64_t numel = 0;
 };
 
@@ -176,6 +177,7 @@ Status AddFragment(PendingState& state, const StateTensor& flat, uint64_t start,
     return Corrupt(flat.path + ": " + what + " is " + std::string(format::TorchName(flat.dtype)) +
                    " but another rank's fragment is " + std::string(format::TorchName(state.dtype)));
   }
+  state.requires_grad = state.requires_grad || flat.requires_grad;
   state.dtype = flat.dtype;
   if (numel == 0) return Status::Ok();
   state.pieces.push_back(TensorPiece{flat.path, flat.data_offset + start * format::ItemSize(flat.dtype), numel});
@@ -397,6 +399,7 @@ Result<ParamEntry> NativeReader::Finish(const std::string& name, int32_t group, 
     PendingState& s = pending.states[key];
     StateTensor t;
     t.dtype = s.dtype;
+    t.requires_grad = s.requires_grad;
     t.shape = e.full_shape;
     t.nbytes = s.numel * format::ItemSize(s.dtype);
     if (!s.pieces.empty()) {

@@ -81,6 +81,8 @@ std::string ServedTag(const ucp::UniversalCheckpoint& ckpt, const Target& target
   return tag;
 }
 
+std::string UniversalViewRoot(const ucp::UniversalCheckpoint& ckpt) { return ckpt.tag() + std::string(kUniversalSuffix); }
+
 Result<CheckpointPlan> PlanCheckpoint(const ucp::UniversalCheckpoint& ckpt, const Target& requested) {
   RS_RETURN_IF_ERROR(CheckTarget(requested));
   CheckpointPlan plan;
@@ -99,6 +101,9 @@ Result<CheckpointPlan> PlanCheckpoint(const ucp::UniversalCheckpoint& ckpt, cons
   }
   plan.files = std::move(model_files);
   for (FilePlan& f : optim_files) plan.files.push_back(std::move(f));
+  if (ckpt.native()) {
+    RS_ASSIGN_OR_RETURN(plan.universal, PlanUniversalView(ckpt, UniversalViewRoot(ckpt), sources));
+  }
   plan.sources = sources.sources();
   return plan;
 }

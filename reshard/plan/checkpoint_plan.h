@@ -24,6 +24,7 @@
 #include "reshard/plan/extent.h"
 #include "reshard/plan/file_plan.h"
 #include "reshard/plan/target.h"
+#include "reshard/plan/universal_view_plan.h"
 #include "reshard/ucp/universal_checkpoint.h"
 
 namespace reshard::plan {
@@ -32,11 +33,18 @@ struct CheckpointPlan {
   Target target;                 // as planned (tag resolved)
   std::vector<Source> sources;   // every universal file region the files read
   std::vector<FilePlan> files;
+  // A native source only (plan/universal_view_plan.h): the universal checkpoint ds_to_universal
+  // would write, under UniversalViewRoot(checkpoint); empty for a universal source.
+  UniversalView universal;
 };
 
 Result<CheckpointPlan> PlanCheckpoint(const ucp::UniversalCheckpoint& checkpoint, const Target& target);
 
 // The tag a target is served under: target.tag, or the universal tag without "_universal".
 std::string ServedTag(const ucp::UniversalCheckpoint& checkpoint, const Target& target);
+
+// Where a native source's universal view is served: "<source tag>_universal" (the name
+// ds_to_universal's usual --output_folder takes, and what `latest_universal` holds).
+std::string UniversalViewRoot(const ucp::UniversalCheckpoint& checkpoint);
 
 }  // namespace reshard::plan

@@ -5,9 +5,17 @@
 namespace reshard::plan {
 
 uint32_t SourceTable::Intern(const Source& source) {
-  const auto [it, inserted] =
-      index_.try_emplace({source.path, source.data_offset}, static_cast<uint32_t>(sources_.size()));
-  if (inserted) sources_.push_back(source);
+  const auto [it, inserted] = index_.try_emplace({source.path, source.data_offset, source.dtype},
+                                                 static_cast<uint32_t>(sources_.size()));
+  if (inserted) {
+    sources_.push_back(source);
+  } else {
+    // The same start may be named with different lengths (a parameter's fragment at the start
+    // of a flat partition, and the whole partition copied into another file): the source spans
+    // the longest, so every gather over it stays in range.
+    Source& existing = sources_[it->second];
+    existing.numel = std::max(existing.numel, source.numel);
+  }
   return it->second;
 }
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -34,7 +35,8 @@ struct Extent {
 
 using ExtentList = std::vector<Extent>;
 
-// Interns sources so each file/offset appears once. Not thread-safe (plan-time only).
+// Interns sources so each (file, offset, dtype) appears once, spanning the longest numel it was
+// named with. Not thread-safe (plan-time only).
 class SourceTable {
  public:
   uint32_t Intern(const Source& source);
@@ -42,7 +44,7 @@ class SourceTable {
 
  private:
   std::vector<Source> sources_;
-  std::map<std::pair<std::string, uint64_t>, uint32_t> index_;
+  std::map<std::tuple<std::string, uint64_t, format::DType>, uint32_t> index_;
 };
 
 // Total elements of a list.

@@ -240,6 +240,7 @@ Result<StateTensor> LocateTensor(const TorchArchive& archive, const format::Tens
   out.dtype = t.dtype;
   out.shape = t.shape;
   out.nbytes = *nbytes;
+  out.requires_grad = t.requires_grad;
   return out;
 }
 

@@ -63,6 +63,7 @@ struct StateTensor {
   format::DType dtype = format::DType::kFloat32;
   std::vector<int64_t> shape;  // elements per dimension; contiguous (C order), checked
   uint64_t nbytes = 0;         // numel * itemsize, checked against the storage record
+  bool requires_grad = false;  // as pickled (fp32 masters carry True); re-emitted by the universal view
   // Empty: the tensor is [data_offset, data_offset + nbytes) of `path`. Otherwise its elements
   // are these runs in order; their numel sum to numel() (checked by the reader that built them).
   std::vector<TensorPiece> pieces;

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from ds_reference import EXAMPLES
+from checkpoint_compare import assert_same_values, load
+from ds_reference import EXAMPLES, REFERENCE_TRAIN_STEPS, dump_target_states
 from fuse_mount import requires_fuse, served_while
 from tiers import tiered
 
@@ -87,6 +88,57 @@ def test_native_source_serves_the_files_of_its_conversion(source_id, converted, 
             compared += 1
     assert compared >= len(TARGETS) * 2
     print(f"{source_id}: {compared} served files byte-identical across {len(TARGETS)} targets")
+
+
+@requires_fuse
+@pytest.mark.parametrize("source_id", tiered(SOURCES, default=DEFAULT_SOURCES))
+def test_mount_shows_the_universal_checkpoint_ds_to_universal_writes(source_id, converted, reshardfs, tmp_path):
+    """MOUNT/latest_universal and MOUNT/<tag>_universal/ hold what ds_to_universal wrote: the same files, the same
+    dict keys in the same order, the same values bit for bit (torch.load of both); model-states files byte for byte."""
+    reference = converted(source_id)
+    root = (reference / "latest_universal").read_text().strip()
+    expected = sorted(p.relative_to(reference / root) for p in (reference / root).rglob("*") if p.is_file())
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+
+    def compare() -> int:
+        assert (mnt / "latest_universal").read_text() == root
+        served = sorted(p.relative_to(mnt / root) for p in (mnt / root).rglob("*") if p.is_file())
+        assert served == expected
+        for rel in expected:
+            try:
+                assert_same_values(load(mnt / root / rel), load(reference / root / rel))
+            except AssertionError as e:
+                raise AssertionError(f"{rel}: {e}") from None
+            if rel.name.endswith("_model_states.pt"):
+                assert (mnt / root / rel).read_bytes() == (reference / root / rel).read_bytes(), rel
+        return len(expected)
+
+    n = served_while([reshardfs, "mount", SOURCES[source_id], mnt, "--dp", 2, "-f"], mnt, tmp_path / "mount.log",
+                     compare)
+    assert n > 0
+    print(f"{source_id}: {n} universal-checkpoint files equal to ds_to_universal's")
+
+
+@requires_fuse
+def test_load_universal_from_the_mount_of_a_native_source(reshardfs, tmp_path):
+    """DeepSpeed's own load_universal, pointed at the mount of examples/tiny/native, resumes exactly as it does from
+    the committed ds_to_universal output (the golden of that run): every rank's state, then 3 training steps. One
+    DeepSpeed launch (about 8 s here): the one end-to-end check that a universal loader works with no conversion."""
+    golden = GOLDENS / "load_universal-tiny-z1-dp4-fp32"
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    out = tmp_path / "run"
+    served_while([reshardfs, "mount", SOURCES["tiny-z1-dp2"], mnt, "--dp", 4, "-f"], mnt, tmp_path / "mount.log",
+                 lambda: dump_target_states(mnt, 1, 4, out, train_steps=REFERENCE_TRAIN_STEPS))
+    for rank in range(4):
+        for name in (f"rank_{rank}.pt", f"after_rank_{rank}.pt"):
+            try:
+                assert_same_values(load(out / name), load(golden / name))
+            except AssertionError as e:
+                raise AssertionError(f"{name}: {e}") from None
+        losses = f"losses_rank_{rank}.json"
+        assert (out / losses).read_text() == (golden / losses).read_text()
 
 
 @requires_fuse
