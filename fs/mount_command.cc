@@ -37,6 +37,21 @@ Status AddRunFolderFiles(const ServedCheckpoint& served, std::vector<NamespaceEn
   return Status::Ok();
 }
 
+// The HF model files of the run folder (a Trainer's checkpoint-N/) beside <tag>/model.safetensors
+// too, so that from_pretrained(MOUNT/<tag>) finds the config with the weights.
+Status AddModelConfigFiles(const ServedCheckpoint& served, std::vector<NamespaceEntry>& entries) {
+  namespace stdfs = std::filesystem;
+  const stdfs::path run = stdfs::path(served.checkpoint().dir()).parent_path();
+  for (const char* name : {"config.json", "generation_config.json"}) {
+    std::error_code ec;
+    const stdfs::path file = (run.empty() ? stdfs::path(".") : run) / name;
+    if (!stdfs::is_regular_file(file, ec)) continue;
+    RS_ASSIGN_OR_RETURN(std::shared_ptr<const PassthroughContent> content, PassthroughContent::Create(file.string()));
+    entries.push_back({served.tag() + "/" + name, std::move(content)});
+  }
+  return Status::Ok();
+}
+
 // Plans the mount and builds what it serves. The checkpoint's index (parameter entries, parsed
 // model-states trees) dies with `served` at return: the namespace holds only the planned files,
 // their views and the source descriptors.
@@ -66,6 +81,15 @@ Result<Namespace> PlanNamespace(const MountOptions& options) {
       RS_ASSIGN_OR_RETURN(std::shared_ptr<const PassthroughContent> content, PassthroughContent::Create(source));
       entries.push_back({path, std::move(content)});
     }
+  }
+  if (!served.weights_views().empty()) {
+    entries.push_back({served.weights_path(),
+                       std::make_shared<const SafetensorsContent>(served.shared_weights_files(),
+                                                                  served.shared_weights_views(), 0,
+                                                                  served.shared_sources())});
+    RS_RETURN_IF_ERROR(AddModelConfigFiles(served, entries));
+  } else {
+    spdlog::warn("no {}/model.safetensors: {}", served.tag(), served.weights_unavailable());
   }
   RS_RETURN_IF_ERROR(AddRunFolderFiles(served, entries));
   RS_ASSIGN_OR_RETURN(Namespace ns, Namespace::Build(std::move(entries)));

@@ -45,6 +45,14 @@ class ServedCheckpoint {
   // The folder of the universal view ("" when there is none): what `latest_universal` holds.
   const std::string& universal_root() const { return universal_root_; }
   std::shared_ptr<const std::vector<plan::PlannedFile>> shared_universal_files() const { return universal_files_; }
+  // The plain weights: weights_files()[0] served through weights_views()[0] at weights_path()
+  // ("<tag>/model.safetensors"); both empty when they cannot be served, for weights_unavailable().
+  const std::vector<plan::PlannedFile>& weights_files() const { return *weights_files_; }
+  const std::vector<plan::SafetensorsView>& weights_views() const { return *weights_views_; }
+  std::shared_ptr<const std::vector<plan::PlannedFile>> shared_weights_files() const { return weights_files_; }
+  std::shared_ptr<const std::vector<plan::SafetensorsView>> shared_weights_views() const { return weights_views_; }
+  const std::string& weights_path() const { return weights_path_; }
+  const std::string& weights_unavailable() const { return weights_unavailable_; }
   // Shared ownership for consumers that outlive this object's scope (the FUSE contents).
   std::shared_ptr<const std::vector<plan::PlannedFile>> shared_files() const { return files_; }
   std::shared_ptr<const std::vector<plan::SafetensorsView>> shared_views() const { return views_; }
@@ -60,6 +68,10 @@ class ServedCheckpoint {
   std::shared_ptr<const std::vector<plan::PlannedFile>> universal_files_;
   std::vector<std::pair<std::string, std::string>> universal_copies_;
   std::string universal_root_;
+  std::shared_ptr<const std::vector<plan::PlannedFile>> weights_files_;
+  std::shared_ptr<const std::vector<plan::SafetensorsView>> weights_views_;
+  std::string weights_path_;
+  std::string weights_unavailable_;
 };
 
 }  // namespace reshard::fs

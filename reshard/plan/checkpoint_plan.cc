@@ -6,6 +6,7 @@
 #include "reshard/plan/optim_states_file.h"
 #include "reshard/plan/optimizer_groups.h"
 #include "reshard/plan/zero12_partition_plan.h"
+#include "reshard/plan/weights_plan.h"
 #include "reshard/plan/zero3_partition_plan.h"
 
 namespace reshard::plan {
@@ -103,6 +104,14 @@ Result<CheckpointPlan> PlanCheckpoint(const ucp::UniversalCheckpoint& ckpt, cons
   for (FilePlan& f : optim_files) plan.files.push_back(std::move(f));
   if (ckpt.native()) {
     RS_ASSIGN_OR_RETURN(plan.universal, PlanUniversalView(ckpt, UniversalViewRoot(ckpt), sources));
+  }
+  // The weights are an extra view: a source whose target files plan is served even when they
+  // cannot be (the reason is logged where they would be).
+  Result<FilePlan> weights = PlanWeights(ckpt, plan.target.tag + "/model.safetensors", sources);
+  if (weights.ok()) {
+    plan.weights = std::move(weights).value();
+  } else {
+    plan.weights_unavailable = weights.status().message();
   }
   plan.sources = sources.sources();
   return plan;

@@ -17,6 +17,7 @@
 // Public header: C++17.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,11 @@ struct CheckpointPlan {
   // A native source only (plan/universal_view_plan.h): the universal checkpoint ds_to_universal
   // would write, under UniversalViewRoot(checkpoint); empty for a universal source.
   UniversalView universal;
+  // The plain weights (plan/weights_plan.h), path "<tag>/model.safetensors" (served through a
+  // SafetensorsView); unset when they cannot be served (any error of PlanWeights: the target
+  // files are still served), with the reason in weights_unavailable.
+  std::optional<FilePlan> weights;
+  std::string weights_unavailable;
 };
 
 Result<CheckpointPlan> PlanCheckpoint(const ucp::UniversalCheckpoint& checkpoint, const Target& target);

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "reshard/native/native_checkpoint.h"
 #include "reshard/plan/checkpoint_plan.h"
 #include "reshard/plan/planned_file.h"
 #include "reshard/plan/source_files.h"
@@ -70,15 +71,22 @@ std::string SourcePath(const std::string& relative) { return RESHARDFS_SOURCE_DI
 std::string TinyUcp() { return SourcePath("examples/tiny/universal"); }
 std::string Zero3Ucp() { return SourcePath("tests/fixtures/tiny_zero3/universal"); }
 std::string LlamaUcp() { return SourcePath("examples/tiny_llama_tp2/universal"); }
+std::string TinyNative() { return SourcePath("examples/tiny/native"); }
+std::string Zero3Native() {
+  return SourcePath("tests/goldens/load_universal-tiny_zero3-z3-dp2-fp32/native_resaved");
+}
 
 Status PlanAndReadAll(const std::string& ucp, const nlohmann::ordered_json& ds_config,
                       const plan::TargetOverrides& overrides, const plan::ModelConfig& model, int64_t max_ranks) {
-  RS_ASSIGN_OR_RETURN(ucp::UniversalCheckpoint checkpoint, ucp::UniversalCheckpoint::Open(ucp));
+  RS_ASSIGN_OR_RETURN(ucp::UniversalCheckpoint checkpoint, native::OpenCheckpointSource(ucp));
   RS_ASSIGN_OR_RETURN(plan::Target target, plan::ResolveTarget(checkpoint, ds_config, overrides, model));
   if (int64_t{target.tp_size} * target.dp_size > max_ranks) return Status::Ok();
   RS_ASSIGN_OR_RETURN(plan::CheckpointPlan planned, plan::PlanCheckpoint(checkpoint, target));
   RS_ASSIGN_OR_RETURN(plan::SourceFiles sources, plan::SourceFiles::Open(planned.sources));
   std::vector<uint8_t> buffer(1 << 16);
+  // A native source's universal view and the weights are planned files too: read them all.
+  for (plan::FilePlan& f : planned.universal.files) planned.files.push_back(std::move(f));
+  if (planned.weights) planned.files.push_back(std::move(*planned.weights));
   for (plan::FilePlan& f : planned.files) {
     RS_ASSIGN_OR_RETURN(plan::PlannedFile file, plan::PlannedFile::Create(std::move(f), planned.sources));
     for (uint64_t offset = 0; offset < file.size();) {

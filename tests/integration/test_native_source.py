@@ -11,6 +11,7 @@ equal bytes carry that over to the native source.
 from __future__ import annotations
 
 import filecmp
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +22,11 @@ import torch
 from checkpoint_compare import assert_same_values, load
 from ds_reference import EXAMPLES, REFERENCE_TRAIN_STEPS, dump_target_states
 from fuse_mount import requires_fuse, served_while
+from goldens import llama_model
 from tiers import tiered
+
+sys.path.insert(0, str(EXAMPLES))
+import make_tiny_llama_checkpoint as llama  # noqa: E402
 
 REPO = EXAMPLES.parent
 GOLDENS = REPO / "tests" / "goldens"
@@ -120,6 +125,34 @@ def test_mount_shows_the_universal_checkpoint_ds_to_universal_writes(source_id, 
     print(f"{source_id}: {n} universal-checkpoint files equal to ds_to_universal's")
 
 
+def assert_weights_are_zero_to_fp32s(weights: Path, native: Path) -> int:
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+    from safetensors.torch import load_file
+
+    served = load_file(weights)
+    expected = get_fp32_state_dict_from_zero_checkpoint(str(native))
+    assert sorted(served) == sorted(expected)
+    for name, tensor in expected.items():
+        got = served[name]
+        assert (got.dtype, got.shape) == (tensor.dtype, tensor.shape), name
+        assert torch.equal(got.view(torch.uint8), tensor.contiguous().view(torch.uint8)), name
+    return len(expected)
+
+
+@requires_fuse
+@pytest.mark.parametrize("source_id", tiered([*SOURCES, "tiny-universal"], default=(*DEFAULT_SOURCES, "tiny-universal")))
+def test_model_safetensors_is_zero_to_fp32s_state_dict(source_id, reshardfs, tmp_path):
+    """MOUNT/<tag>/model.safetensors holds what zero_to_fp32's get_fp32_state_dict_from_zero_checkpoint returns for
+    the native checkpoint: the same names, dtypes, shapes and bits (also when mounting its universal conversion)."""
+    native = SOURCES["tiny-z1-dp2" if source_id == "tiny-universal" else source_id]
+    source = EXAMPLES / "tiny" / "universal" if source_id == "tiny-universal" else native
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    n = served_while([reshardfs, "mount", source, mnt, "--dp", 3, "-f"], mnt, tmp_path / "mount.log",
+                     lambda: assert_weights_are_zero_to_fp32s(mnt / "global_step3" / "model.safetensors", native))
+    assert n > 0
+
+
 @requires_fuse
 def test_load_universal_from_the_mount_of_a_native_source(reshardfs, tmp_path):
     """DeepSpeed's own load_universal, pointed at the mount of examples/tiny/native, resumes exactly as it does from
@@ -174,3 +207,52 @@ def test_native_source_refusals_are_one_line(reshardfs, run_tool, tmp_path):
     assert missing.returncode != 0
     lines = missing.stderr.strip().splitlines()
     assert len(lines) == 1 and "no optimizer file for DP rank 2" in lines[0], missing
+
+
+# Llama-family native sources made live by examples/make_tiny_llama_checkpoint.py in the full tier (the goldens
+# keep only their conversions): ZeRO-1 and ZeRO-3 without TP, a tied head (Qwen2), frozen layers.
+LLAMA_NATIVE = ("tp1_zero1", "tp1_zero3", "qwen2_tied_tp1_zero1", "llama_frozen_tp1_zero1")
+
+
+@requires_fuse
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("source_id", tiered(LLAMA_NATIVE, default=()))
+def test_llama_native_sources(source_id, references, reshardfs, run_tool, tmp_path):
+    """From each native Llama-family source: the files served at ZeRO-1 DP 2 bf16 and at AutoTP TP 2 ZeRO-3 equal
+    those served from its ds_to_universal conversion byte for byte (the TP 1 -> AutoTP TP 2 seed case from a native
+    source included); the mount's universal view equals the conversion value for value; model.safetensors equals
+    zero_to_fp32's state dict (tied and frozen parameters included)."""
+    src = references.llama_source(source_id)
+    native, universal, config = src / "native", src / "universal", src / "config.json"
+    model = llama_model(source_id)
+    targets = {"z1-dp2-bf16": (1, 2, 1, True), "autotp2-z3-dp1": (2, 1, 3, False)}
+    for case, (tp, dp, stage, bf16) in targets.items():
+        ds_config = tmp_path / f"{case}.json"
+        ds_config.write_text(json.dumps(llama.ds_config(tp, dp, stage, bf16, model=model)))
+        trees = []
+        for name, source in (("n", native), ("u", universal)):
+            out = tmp_path / name / case
+            result = run_tool(reshardfs, "materialize", source, out, "--ds-config", ds_config, "--dp", dp,
+                              "--model-config", config, "-q")
+            assert result.returncode == 0, result
+            trees.append(sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file()))
+        assert trees[0] == trees[1], case
+        for rel in trees[0]:
+            assert filecmp.cmp(tmp_path / "n" / case / rel, tmp_path / "u" / case / rel, shallow=False), (case, rel)
+
+    root = (universal / "latest_universal").read_text().strip()
+    expected = sorted(p.relative_to(universal / root) for p in (universal / root).rglob("*") if p.is_file())
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+
+    def check() -> None:
+        assert sorted(p.relative_to(mnt / root) for p in (mnt / root).rglob("*") if p.is_file()) == expected
+        for rel in expected:
+            try:
+                assert_same_values(load(mnt / root / rel), load(universal / root / rel))
+            except AssertionError as e:
+                raise AssertionError(f"{rel}: {e}") from None
+        tag = (mnt / "latest").read_text()
+        assert assert_weights_are_zero_to_fp32s(mnt / tag / "model.safetensors", native) > 0
+
+    served_while([reshardfs, "mount", native, mnt, "--dp", 2, "-f"], mnt, tmp_path / "mount.log", check)
