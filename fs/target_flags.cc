@@ -25,11 +25,14 @@ void AddTargetFlags(CLI::App* command, TargetFlags& flags) {
   command->add_option("--padded-vocab", flags.padded_vocab, "Target vocab rows summed over TP ranks (vocab-padded tensors)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   command->add_option("--tag", flags.tag, "Checkpoint tag to serve (default: the universal tag without _universal)");
+  command->add_option("--export-dtype", flags.export_dtype,
+                      "dtype of the trained parameters in <tag>/model.safetensors: fp32 (default), bf16 or fp16")
+      ->check(CLI::IsMember({"fp32", "float32", "bf16", "bfloat16", "fp16", "float16", "half"}));
 }
 
 bool AnyTargetFlag(const TargetFlags& flags) {
   return flags.tp || flags.dp || flags.zero_stage || !flags.lp_dtype.empty() || !flags.ds_config.empty() ||
-         !flags.model_config.empty() || flags.padded_vocab || !flags.tag.empty();
+         !flags.model_config.empty() || flags.padded_vocab || !flags.tag.empty() || !flags.export_dtype.empty();
 }
 
 namespace {
@@ -63,6 +66,7 @@ Result<plan::Target> ResolveTargetFlags(const ucp::UniversalCheckpoint& ckpt, co
   if (!flags.lp_dtype.empty()) o.lp_dtype = plan::ParseLpDtype(flags.lp_dtype);
   o.padded_vocab_rows = flags.padded_vocab;
   o.tag = flags.tag;
+  if (!flags.export_dtype.empty()) o.weights_dtype = *plan::ParseLpDtype(flags.export_dtype);
   return plan::ResolveTarget(ckpt, config, o, model);
 }
 

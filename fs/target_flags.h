@@ -22,6 +22,7 @@ struct TargetFlags {
   std::string model_config;  // path of the model's Hugging Face config.json, or empty
   std::optional<int64_t> padded_vocab;
   std::string tag;
+  std::string export_dtype;  // empty: float32
 };
 
 void AddTargetFlags(CLI::App* command, TargetFlags& flags);

@@ -4,7 +4,8 @@ The synthetic Llama model of scripts/bench_resume.py (~1 GB of fp32 states by de
 saved natively by real DeepSpeed on 2 CPU ranks (bf16 weights), at each ZeRO stage asked for (kept in the workdir
 and reused). Then, with the checkpoint's files in the page cache, in one run per stage:
 
-  convert      python -m deepspeed.checkpoint.ds_to_universal (its default workers): wall time, peak RSS of its
+  convert      python -m deepspeed.checkpoint.ds_to_universal --inject_missing_state (a plain run records no
+               universal_checkpoint_info; its default workers): wall time, peak RSS of its
                largest process (GNU time's %M), bytes written;
   mount        reshardfs mount of the native folder: time until mounted, the server's peak RSS (VmHWM) after
                everything below was read through it;
@@ -111,7 +112,8 @@ def bench_stage(args, workdir: Path, stage: int, native: Path) -> dict:
         log(f"ZeRO-{stage}: ds_to_universal")
         row["convert_s"], row["convert_kib"] = timed(
             [sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder",
-             str(native / "global_step1"), "--output_folder", str(converted / "global_step1_universal")])
+             str(native / "global_step1"), "--output_folder", str(converted / "global_step1_universal"),
+             "--inject_missing_state"])
         row["convert_bytes"] = tree_bytes(converted)
 
         log(f"ZeRO-{stage}: zero_to_fp32")

@@ -107,7 +107,8 @@ Result<CheckpointPlan> PlanCheckpoint(const ucp::UniversalCheckpoint& ckpt, cons
   }
   // The weights are an extra view: a source whose target files plan is served even when they
   // cannot be (the reason is logged where they would be).
-  Result<FilePlan> weights = PlanWeights(ckpt, plan.target.tag + "/model.safetensors", sources);
+  Result<FilePlan> weights =
+      PlanWeights(ckpt, plan.target.tag + "/model.safetensors", plan.target.weights_dtype, sources);
   if (weights.ok()) {
     plan.weights = std::move(weights).value();
   } else {

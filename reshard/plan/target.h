@@ -45,6 +45,9 @@ struct Target {
   // The checkpoint tag the files are served under; empty: the universal tag without its
   // "_universal" suffix (global_step3_universal -> global_step3).
   std::string tag;
+  // The dtype of the trained parameters in <tag>/model.safetensors (plan/weights_plan.h): float32
+  // (zero_to_fp32's), or bf16/fp16 rounded to nearest even from the masters (--export-dtype).
+  format::DType weights_dtype = format::DType::kFloat32;
   // The resuming run's ds_config (a JSON object), written as the files' `ds_config` as that run
   // would save it; null: the source run's is kept.
   nlohmann::ordered_json ds_config;

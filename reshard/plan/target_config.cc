@@ -271,6 +271,7 @@ Result<Target> ResolveTarget(const ucp::UniversalCheckpoint& ckpt, const nlohman
   t.autotp = tp && *tp > 1;
   t.padded_vocab_rows = o.padded_vocab_rows;
   t.tag = o.tag;
+  t.weights_dtype = o.weights_dtype;
   t.ds_config = ds_config;
   return t;
 }

@@ -38,6 +38,7 @@ struct TargetOverrides {
   std::optional<format::DType> lp_dtype;
   std::optional<int64_t> padded_vocab_rows;
   std::string tag;
+  format::DType weights_dtype = format::DType::kFloat32;  // Target::weights_dtype
 };
 
 // The model facts AutoTP's shard sizes need, from a Hugging Face config.json. A field it leaves out

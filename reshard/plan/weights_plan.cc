@@ -8,6 +8,7 @@
 #include "reshard/format/torch_tensor.h"
 #include "reshard/plan/file_builder.h"
 #include "reshard/plan/frozen_params.h"
+#include "reshard/plan/lp_weight.h"
 #include "reshard/plan/state_extents.h"
 #include "reshard/plan/target.h"
 
@@ -15,7 +16,9 @@ namespace reshard::plan {
 
 using format::NodeId;
 
-Result<FilePlan> PlanWeights(const ucp::UniversalCheckpoint& ckpt, const std::string& path, SourceTable& sources) {
+Result<FilePlan> PlanWeights(const ucp::UniversalCheckpoint& ckpt, const std::string& path, format::DType dtype,
+                             SourceTable& sources) {
+  RS_ASSIGN_OR_RETURN(const Conversion conversion, LpConversion(dtype));
   const ucp::ModelStatesFile* first = ckpt.ModelStatesForTp(0);
   if (first == nullptr) return Internal(ckpt.dir() + ": no model-states file for TP rank 0");
   const format::TorchArchive& src = first->archive;
@@ -64,7 +67,12 @@ Result<FilePlan> PlanWeights(const ucp::UniversalCheckpoint& ckpt, const std::st
     ExtentList extents;
     RS_RETURN_IF_ERROR(AppendStateExtents(extents, sources, fp32, {view::Gather::Source(0, fp32.numel())}));
     if (fp32.numel() == 0) extents.clear();
-    RS_ASSIGN_OR_RETURN(NodeId v, b.AddTensor(fp32.dtype, shape, std::move(extents), Conversion::kCopy));
+    if (conversion != Conversion::kCopy && fp32.dtype != format::DType::kFloat32) {
+      return Unsupported(fp32.path + ": '" + p.name + "' has a " + std::string(format::TorchName(fp32.dtype)) +
+                         " master; --export-dtype converts float32 masters");
+    }
+    RS_ASSIGN_OR_RETURN(NodeId v, b.AddTensor(conversion == Conversion::kCopy ? fp32.dtype : dtype, shape,
+                                              std::move(extents), conversion));
     entries.emplace_back(p.name, v);
   }
 

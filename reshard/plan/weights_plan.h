@@ -25,7 +25,9 @@
 
 namespace reshard::plan {
 
+// `dtype`: of the trained parameters (float32; bf16/fp16 rounded to nearest even from the fp32
+// masters); buffers and frozen parameters stay as stored.
 Result<FilePlan> PlanWeights(const ucp::UniversalCheckpoint& checkpoint, const std::string& path,
-                             SourceTable& sources);
+                             format::DType dtype, SourceTable& sources);
 
 }  // namespace reshard::plan

@@ -164,6 +164,32 @@ def test_model_safetensors_is_zero_to_fp32s_state_dict(source_id, reshardfs, tmp
 
 
 @requires_fuse
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_export_dtype_rounds_the_masters(dtype, reshardfs, run_tool, tmp_path):
+    """--export-dtype: model.safetensors holds zero_to_fp32's tensors as torch rounds them (.to(dtype)), through
+    the mount and materialize alike."""
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+    from safetensors.torch import load_file
+
+    torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    native = SOURCES["z2-dp4-bf16"]
+    expected = {k: v.to(torch_dtype) for k, v in get_fp32_state_dict_from_zero_checkpoint(str(native)).items()}
+    out = tmp_path / "out"
+    result = run_tool(reshardfs, "materialize", native, out, "--dp", 3, "--export-dtype", dtype, "-q")
+    assert result.returncode == 0, result
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    served = served_while([reshardfs, "mount", native, mnt, "--dp", 3, "--export-dtype", dtype, "-f"], mnt,
+                          tmp_path / "mount.log", lambda: (mnt / "global_step3" / "model.safetensors").read_bytes())
+    assert served == (out / "global_step3" / "model.safetensors").read_bytes()
+    got = load_file(out / "global_step3" / "model.safetensors")
+    assert sorted(got) == sorted(expected)
+    for name, tensor in expected.items():
+        assert got[name].dtype == torch_dtype, name
+        assert torch.equal(got[name].view(torch.uint8), tensor.contiguous().view(torch.uint8)), name
+
+
+@requires_fuse
 def test_load_universal_from_the_mount_of_a_native_source(reshardfs, tmp_path):
     """DeepSpeed's own load_universal, pointed at the mount of examples/tiny/native, resumes exactly as it does from
     the committed ds_to_universal output (the golden of that run): every rank's state, then 3 training steps. One
