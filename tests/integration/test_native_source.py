@@ -292,3 +292,17 @@ def test_llama_native_sources(source_id, references, reshardfs, run_tool, tmp_pa
         assert assert_weights_are_zero_to_fp32s(mnt / tag / "model.safetensors", native) > 0
 
     served_while([reshardfs, "mount", native, mnt, "--dp", 2, "-f"], mnt, tmp_path / "mount.log", check)
+
+
+@pytest.mark.parametrize("source_id", tiered(SOURCES, default=DEFAULT_SOURCES))
+def test_verify_reads_a_native_source(source_id, converted, reshardfs, run_tool):
+    """`reshardfs verify` of a native source reads every state through its fragments: the same per-state counts
+    of tensors, elements and bytes as verify of its conversion, and no problem."""
+    reports = []
+    for source in (SOURCES[source_id], converted(source_id)):
+        result = run_tool(reshardfs, "verify", source, "--json")
+        assert result.returncode == 0, result
+        reports.append(json.loads(result.stdout))
+    native, universal = reports
+    assert native["problems"] == [] and native["parameters"] == universal["parameters"]
+    assert native["states"] == universal["states"]
