@@ -1,8 +1,8 @@
 #include "reshard/native/native_checkpoint.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <regex>
@@ -22,6 +22,11 @@ namespace reshard::native {
 
 namespace fs = std::filesystem;
 using format::DescribeNode;
+using ucp::IsDir;
+using ucp::IsFile;
+using ucp::ParseRank;
+using ucp::ShapeNumel;
+using ucp::StripTrailingSlashes;
 using format::kNoNode;
 using format::NodeId;
 using format::PickleTree;
@@ -33,33 +38,7 @@ using ucp::TensorPiece;
 namespace {
 
 constexpr std::string_view kOptimSuffix = "_optim_states.pt";
-constexpr int32_t kMaxRank = 1 << 20;
 constexpr const char* kStates[] = {"fp32", "exp_avg", "exp_avg_sq"};
-
-bool IsDir(const std::string& path) {
-  std::error_code ec;
-  return fs::is_directory(path, ec);
-}
-
-bool IsFile(const std::string& path) {
-  std::error_code ec;
-  return fs::is_regular_file(path, ec);
-}
-
-std::string StripTrailingSlashes(std::string path) {
-  while (path.size() > 1 && path.back() == '/') path.pop_back();
-  return path;
-}
-
-std::optional<int32_t> ParseRank(std::string_view digits) {
-  if (digits.empty() || digits.size() > 7) return std::nullopt;
-  int32_t v = 0;
-  for (char c : digits) {
-    if (c < '0' || c > '9') return std::nullopt;
-    v = v * 10 + (c - '0');
-  }
-  return v < kMaxRank ? std::optional<int32_t>(v) : std::nullopt;
-}
 
 // "[bf16_]zero_pp_rank_<dp>_mp_rank_<tp>_optim_states.pt" -> (tp, dp).
 std::optional<std::pair<int32_t, int32_t>> ParseOptimName(std::string_view name) {
@@ -103,17 +82,7 @@ Result<std::string> ResolveTagDir(const std::string& path) {
     if (!IsDir(path)) return NotFound(path + ": no such folder");
     return InvalidArgument(path + ": not a DeepSpeed checkpoint (no *_optim_states.pt files and no latest file)");
   }
-  std::ifstream in(latest, std::ios::binary);
-  constexpr size_t kMaxTagBytes = 4096;
-  std::string content(kMaxTagBytes + 1, '\0');
-  in.read(content.data(), static_cast<std::streamsize>(content.size()));
-  if (in.bad()) return IoError(latest + ": read failed");
-  content.resize(static_cast<size_t>(in.gcount()));
-  if (content.size() > kMaxTagBytes) return Corrupt(latest + ": longer than " + std::to_string(kMaxTagBytes) + " bytes");
-  const std::string tag = ucp::StripWhitespace(content);
-  if (tag.empty()) return NotFound(latest + ": empty, names no checkpoint folder");
-  const std::string dir = StripTrailingSlashes(path + "/" + tag);
-  if (!IsDir(dir)) return NotFound(latest + ": names '" + tag + "', but " + dir + " is not a folder");
+  RS_ASSIGN_OR_RETURN(std::string dir, ucp::FollowTagFile(path, "latest"));
   if (!HasOptimFiles(dir)) {
     return Unsupported(dir + ": no *_optim_states.pt files: a ZeRO stage-0 checkpoint (its optimizer state lives in "
                        "the model-states file), which reshardfs does not serve");
@@ -129,16 +98,6 @@ NodeId IntKeyLookup(const PickleTree& tree, NodeId dict, int64_t key) {
     if (format::AsInt(tree, (*items)[i]) == key) return (*items)[i + 1];
   }
   return kNoNode;
-}
-
-std::optional<uint64_t> Numel(const std::vector<int64_t>& shape) {
-  uint64_t n = 1;
-  for (int64_t d : shape) {
-    const auto m = CheckedMul(n, static_cast<uint64_t>(d));
-    if (!m) return std::nullopt;
-    n = *m;
-  }
-  return n;
 }
 
 // A 1-D flat tensor of an optimizer file, located in the file.
@@ -198,6 +157,48 @@ bool AnyMatch(const std::vector<std::string>& patterns, const std::string& name)
   return std::any_of(patterns.begin(), patterns.end(), [&](const std::string& p) { return ReMatch(p, name); });
 }
 
+// Consumes one TP rank's state, in element order, in runs over its pieces: the TP merge takes
+// each rank's consecutive blocks in turn.
+class RunCursor {
+ public:
+  RunCursor(const std::vector<TensorPiece>& pieces, uint64_t itemsize) : pieces_(&pieces), itemsize_(itemsize) {}
+
+  // Appends the next `n` elements (the caller checked they exist) to `out`, merging runs that
+  // continue the last one in the same file.
+  void Take(uint64_t n, std::vector<TensorPiece>& out) {
+    while (n > 0) {
+      const TensorPiece& p = (*pieces_)[index_];
+      const uint64_t k = std::min(n, p.numel - offset_);
+      const uint64_t at = p.data_offset + offset_ * itemsize_;
+      if (!out.empty() && out.back().path == p.path && out.back().data_offset + out.back().numel * itemsize_ == at) {
+        out.back().numel += k;
+      } else {
+        out.push_back(TensorPiece{p.path, at, k});
+      }
+      offset_ += k;
+      n -= k;
+      if (offset_ == p.numel) {
+        ++index_;
+        offset_ = 0;
+      }
+    }
+  }
+
+ private:
+  const std::vector<TensorPiece>* pieces_;
+  uint64_t itemsize_;
+  size_t index_ = 0;
+  uint64_t offset_ = 0;
+};
+
+// How ds_to_universal's merge_tp_slices joins a parameter's TP slices.
+struct MergeRule {
+  bool replicated = false;  // every rank holds the whole tensor: rank 0's is kept
+  size_t dim = 0;           // else: the slices are concatenated along this dim
+  ucp::ParamCategories categories;
+  bool vocab = false;  // then the rows past original_vocab_size are stripped
+};
+
 }  // namespace
 
 // Builds a ucp::UniversalCheckpoint from native files (a friend: it fills the same members
@@ -218,23 +219,28 @@ class NativeReader {
   Status ListFiles();
   Status OpenOptimFiles();
   Status CheckRanksAgree() const;
-  Status IndexZero12(const ucp::GroupShapes& shapes);
-  Status IndexZero3(const ucp::GroupShapes& shapes);
+  // `shapes`: each TP rank's param_shapes (its model-states file's).
+  Status IndexZero12(const std::vector<ucp::GroupShapes>& shapes);
+  Status IndexZero3(const std::vector<ucp::GroupShapes>& shapes);
   Status AddUnlisted(const std::set<std::string>& listed);
-  Result<ucp::ParamCategories> Categories(const std::string& name, std::vector<int64_t>& shape,
-                                          PendingParam& pending) const;
-  Result<ParamEntry> Finish(const std::string& name, int32_t group, const std::vector<int64_t>& shape,
-                            PendingParam pending, bool bare) const;
+  Result<MergeRule> Rule(const std::string& name) const;
+  // The parameter `name` of param_shapes group `group` from its TP slices (`shapes` and `parts`
+  // by TP rank), as the converter writes it.
+  Result<ParamEntry> Finish(const std::string& name, int32_t group, const std::vector<std::vector<int64_t>>& shapes,
+                            std::vector<PendingParam> parts, bool bare) const;
 
-  // The optimizer_state_dict of rank dp's file.
-  NodeId OptimRoot(size_t dp) const {
-    const PickleTree& t = archives_[dp].tree();
+  // The optimizer_state_dict of the file at archives_ index `i` (At(tp, dp)).
+  NodeId OptimRoot(size_t i) const {
+    const PickleTree& t = archives_[i].tree();
     return format::DictLookup(t, t.root(), "optimizer_state_dict");
   }
+  size_t At(int32_t tp, int32_t dp) const { return static_cast<size_t>(tp) * static_cast<size_t>(dp_) + dp; }
 
   ucp::UniversalCheckpoint& ckpt_;
-  std::vector<OptimFile> files_;      // by DP rank (TP 1)
-  std::vector<TorchArchive> archives_;  // by DP rank; [0] moves into ckpt_.optimizer_state_ last
+  int32_t tp_ = 1;  // TP ranks of optimizer files
+  int32_t dp_ = 1;  // DP ranks of optimizer files
+  std::vector<OptimFile> files_;        // by (TP, DP) rank: At(tp, dp)
+  std::vector<TorchArchive> archives_;  // the same order; [0] moves into ckpt_.optimizer_state_ last
 };
 
 Status NativeReader::ListFiles() {
@@ -256,19 +262,21 @@ Status NativeReader::ListFiles() {
   if (files_.empty()) return InvalidArgument(dir + ": no zero_pp_rank_*_mp_rank_*_optim_states.pt files");
   std::sort(files_.begin(), files_.end(),
             [](const OptimFile& a, const OptimFile& b) { return std::make_pair(a.tp, a.dp) < std::make_pair(b.tp, b.dp); });
-  const int32_t tp = files_.back().tp + 1;
-  if (tp > 1) {
-    return Unsupported(dir + ": saved with TP " + std::to_string(tp) +
-                       "; reshardfs serves native sources saved without TP (TP 1) so far: convert this one with "
-                       "ds_to_universal and mount the result");
-  }
-  for (size_t d = 0; d < files_.size(); ++d) {
-    if (files_[d].dp != static_cast<int32_t>(d)) {
-      return NotFound(dir + ": no optimizer file for DP rank " + std::to_string(d) + " (zero_pp_rank_" +
-                      std::to_string(d) + "_mp_rank_00_optim_states.pt)" +
-                      (files_[d].dp < static_cast<int32_t>(d) ? " or two files for one rank" : ""));
+  tp_ = files_.back().tp + 1;
+  for (const OptimFile& f : files_) dp_ = std::max(dp_, f.dp + 1);
+  // Sorted by (tp, dp): walking the expected grid finds a missing rank and a duplicate alike.
+  size_t k = 0;
+  for (int32_t t = 0; t < tp_; ++t) {
+    for (int32_t d = 0; d < dp_; ++d, ++k) {
+      if (k >= files_.size() || files_[k].tp != t || files_[k].dp != d) {
+        char name[64];
+        std::snprintf(name, sizeof name, "zero_pp_rank_%d_mp_rank_%02d_optim_states.pt", d, t);
+        return NotFound(dir + ": no optimizer file for DP rank " + std::to_string(d) + " of TP rank " +
+                        std::to_string(t) + " (" + name + ") or two files for one rank");
+      }
     }
   }
+  if (k != files_.size()) return Corrupt(dir + ": the optimizer files do not form a complete TP x DP grid");
   return Status::Ok();
 }
 
@@ -307,55 +315,129 @@ Status NativeReader::CheckRanksAgree() const {
     }
     const std::vector<int64_t> expected = counts ? *counts : std::vector<int64_t>{count.value_or(0)};
     for (int64_t c : expected) {
-      if (c != static_cast<int64_t>(archives_.size())) {
+      if (c != dp_) {
         return Corrupt(archives_[d].path() + ": partition_count " + DescribeNode(t, pc) + " but the folder holds " +
-                       std::to_string(archives_.size()) + " DP ranks of optimizer files");
+                       std::to_string(dp_) + " DP ranks of optimizer files");
       }
     }
   }
-  if (ckpt_.dp_world_size_ != static_cast<int32_t>(archives_.size())) {
-    return Corrupt(ckpt_.model_states_.front().archive.path() + ": dp_world_size " +
-                   std::to_string(ckpt_.dp_world_size_) + " but the folder holds " + std::to_string(archives_.size()) +
-                   " DP ranks of optimizer files");
+  if (ckpt_.dp_world_size_ != dp_ || ckpt_.tp_degree_ != tp_) {
+    return Corrupt(ckpt_.model_states_.front().archive.path() + ": a TP " + std::to_string(ckpt_.tp_degree_) + " x DP " +
+                   std::to_string(ckpt_.dp_world_size_) + " run, but the folder holds TP " + std::to_string(tp_) +
+                   " x DP " + std::to_string(dp_) + " optimizer files");
   }
   return Status::Ok();
 }
 
-Result<ucp::ParamCategories> NativeReader::Categories(const std::string& name, std::vector<int64_t>& shape,
-                                                      PendingParam& pending) const {
-  // ds_to_universal's merge_tp_slices, with one TP slice: every branch keeps the slice whole, so
-  // only the keys it writes (and the vocabulary rows it strips) differ.
+Result<MergeRule> NativeReader::Rule(const std::string& name) const {
+  // merge_tp_slices' branches, in its order: an affine map, else the category patterns; the
+  // vocabulary strip applies after any of them.
   const ucp::UniversalCheckpointInfo& info = ckpt_.info_;
-  ucp::ParamCategories c;
-  for (const ucp::AffineSplit& split : info.affine_splits) {
-    if (ReMatch(split.pattern, name)) {
-      return Unsupported(ckpt_.dir_ + ": '" + name + "' has an affine_map entry; native sources with affine maps "
-                                      "are not served yet (convert with ds_to_universal)");
-    }
-  }
-  for (const ucp::SubparamShape& sub : info.parameter_with_sub_params) {
-    if (AnyMatch(sub.patterns, name)) {
-      return Unsupported(ckpt_.dir_ + ": '" + name + "' is declared with sub-parameters; native sources with "
-                                      "sub-parameter patterns are not served yet (convert with ds_to_universal)");
-    }
-  }
-  if (AnyMatch(info.tp_replicated_parameter_patterns, name) || AnyMatch(info.parameter_to_average_patterns, name)) {
-    // The converter writes no category keys for these (an average of one slice is the slice).
+  const std::string where = ckpt_.dir_ + ": '" + name + "' ";
+  const std::string convert = "; not served from a native source yet (convert with ds_to_universal)";
+  MergeRule rule;
+  const auto split = std::find_if(info.affine_splits.begin(), info.affine_splits.end(),
+                                  [&](const ucp::AffineSplit& s) { return ReMatch(s.pattern, name); });
+  if (split != info.affine_splits.end()) {
+    if (!split->sub_param_sizes.empty()) return Unsupported(where + "is a fused layout of sub-parameters" + convert);
+    rule.replicated = !split->partition_dim.has_value();
+    rule.dim = static_cast<size_t>(split->partition_dim.value_or(0));
+  } else if (std::any_of(info.parameter_with_sub_params.begin(), info.parameter_with_sub_params.end(),
+                         [&](const ucp::SubparamShape& sub) { return AnyMatch(sub.patterns, name); })) {
+    return Unsupported(where + "is declared with sub-parameters" + convert);
+  } else if (AnyMatch(info.tp_replicated_parameter_patterns, name)) {
+    rule.replicated = true;
+  } else if (AnyMatch(info.parameter_to_average_patterns, name)) {
+    // The converter averages the slices (a computed value); of one slice that is the slice.
+    if (tp_ > 1) return Unsupported(where + "is averaged over its TP slices" + convert);
+    rule.replicated = true;
   } else if (AnyMatch(info.parameter_with_2_sub_params_cat_dim_0, name)) {
-    c.cat_dim = 0;
-    c.param_n_sub_params = 2;
+    if (tp_ > 1) return Unsupported(where + "holds 2 sub-parameters cut along dim 0" + convert);
+    rule.categories.cat_dim = 0;
+    rule.categories.param_n_sub_params = 2;
   } else {
-    c.cat_dim = AnyMatch(info.parameter_with_row_parallelism_patterns, name) ? 1 : 0;
+    rule.dim = AnyMatch(info.parameter_with_row_parallelism_patterns, name) ? 1 : 0;
+    rule.categories.cat_dim = static_cast<int64_t>(rule.dim);
   }
   if (AnyMatch(info.vocabulary_parameter_patterns, name)) {
-    if (!info.original_vocab_size || shape.empty()) {
-      return Corrupt(ckpt_.dir_ + ": '" + name + "' matches a vocabulary pattern but universal_checkpoint_info has "
-                                  "no original_vocab_size (or the parameter has no rows)");
+    if (!info.original_vocab_size) {
+      return Corrupt(where + "matches a vocabulary pattern but universal_checkpoint_info has no original_vocab_size");
     }
-    const int64_t rows = std::min<int64_t>(*info.original_vocab_size, shape[0]);
-    shape[0] = rows;
-    const uint64_t keep = *Numel(shape);  // smaller than the checked original
-    for (auto& [key, state] : pending.states) {
+    rule.vocab = true;
+    rule.categories.vocab_tensor = true;
+  }
+  return rule;
+}
+
+Result<ParamEntry> NativeReader::Finish(const std::string& name, int32_t group,
+                                        const std::vector<std::vector<int64_t>>& shapes,
+                                        std::vector<PendingParam> parts, bool bare) const {
+  ParamEntry e;
+  e.name = name;
+  e.dir = ckpt_.dir_;
+  e.listed = true;
+  e.source_group = group;
+  e.tp_shapes = shapes;
+  e.bare_tensor = bare;
+  for (size_t t = 0; t < parts.size(); ++t) {
+    const auto numel = ShapeNumel(shapes[t]);
+    if (!numel) return Corrupt(ckpt_.dir_ + ": param_shapes gives '" + name + "' too many elements");
+    for (const char* key : kStates) {
+      const PendingState& s = parts[t].states[key];
+      if (s.numel != *numel) {
+        return Corrupt(ckpt_.dir_ + ": the TP rank " + std::to_string(t) + " optimizer files' fragments of '" + name +
+                       "' " + key + " hold " + std::to_string(s.numel) + " elements but param_shapes records " +
+                       std::to_string(*numel));
+      }
+      if (s.dtype != parts[0].states[key].dtype) {
+        return Corrupt(ckpt_.dir_ + ": '" + name + "' " + key + " is stored in different dtypes by TP ranks 0 and " +
+                       std::to_string(t));
+      }
+    }
+  }
+  std::vector<int64_t> full = shapes[0];
+  std::map<std::string, PendingState> merged;
+  MergeRule rule;
+  if (!bare) {
+    RS_ASSIGN_OR_RETURN(rule, Rule(name));
+    e.categories = rule.categories;
+  }
+  if (bare || rule.replicated || parts.size() == 1) {
+    merged = std::move(parts[0].states);
+  } else {
+    // Concatenation along `dim`: each of the `outer` blocks of the result is every rank's block in
+    // rank order (one block when dim is 0; one per row for a row-parallel weight).
+    const size_t d = rule.dim;
+    for (const std::vector<int64_t>& s : shapes) {
+      bool same = s.size() == full.size() && d < s.size();
+      for (size_t k = 0; same && k < s.size(); ++k) same = k == d || s[k] == full[k];
+      if (!same) return Corrupt(ckpt_.dir_ + ": the TP slices of '" + name + "' do not join along dim " + std::to_string(d));
+    }
+    uint64_t outer = 1, inner = 1;
+    for (size_t k = 0; k < d; ++k) outer *= static_cast<uint64_t>(full[k]);
+    for (size_t k = d + 1; k < full.size(); ++k) inner *= static_cast<uint64_t>(full[k]);
+    full[d] = 0;
+    for (const std::vector<int64_t>& s : shapes) full[d] += s[d];
+    for (const char* key : kStates) {
+      PendingState out;
+      out.dtype = parts[0].states[key].dtype;
+      const uint64_t itemsize = format::ItemSize(out.dtype);
+      std::vector<RunCursor> cursors;
+      for (PendingParam& part : parts) {
+        out.requires_grad = out.requires_grad || part.states[key].requires_grad;
+        cursors.emplace_back(part.states[key].pieces, itemsize);
+      }
+      for (uint64_t o = 0; o < outer; ++o) {
+        for (size_t t = 0; t < parts.size(); ++t) cursors[t].Take(static_cast<uint64_t>(shapes[t][d]) * inner, out.pieces);
+      }
+      for (const TensorPiece& p : out.pieces) out.numel += p.numel;
+      merged.emplace(key, std::move(out));
+    }
+  }
+  if (rule.vocab && !full.empty()) {
+    full[0] = std::min<int64_t>(*ckpt_.info_.original_vocab_size, full[0]);
+    const uint64_t keep = *ShapeNumel(full);  // no more than the checked original
+    for (auto& [key, state] : merged) {
       uint64_t left = keep;
       std::vector<TensorPiece> kept;
       for (TensorPiece p : state.pieces) {
@@ -367,36 +449,10 @@ Result<ucp::ParamCategories> NativeReader::Categories(const std::string& name, s
       state.pieces = std::move(kept);
       state.numel = keep;
     }
-    c.vocab_tensor = true;
   }
-  return c;
-}
-
-Result<ParamEntry> NativeReader::Finish(const std::string& name, int32_t group, const std::vector<int64_t>& shape,
-                                        PendingParam pending, bool bare) const {
-  ParamEntry e;
-  e.name = name;
-  e.dir = ckpt_.dir_;
-  e.listed = true;
-  e.source_group = group;
-  e.tp_shapes = {shape};
-  e.bare_tensor = bare;
-  std::vector<int64_t> full = shape;
-  const auto numel = Numel(shape);
-  if (!numel) return Corrupt(ckpt_.dir_ + ": param_shapes gives '" + name + "' too many elements");
+  e.full_shape = bare ? std::vector<int64_t>{static_cast<int64_t>(*ShapeNumel(full))} : full;
   for (const char* key : kStates) {
-    const PendingState& s = pending.states[key];
-    if (s.numel != *numel) {
-      return Corrupt(ckpt_.dir_ + ": the optimizer files' fragments of '" + name + "' " + key + " hold " +
-                     std::to_string(s.numel) + " elements but param_shapes records " + std::to_string(*numel));
-    }
-  }
-  if (!bare) {
-    RS_ASSIGN_OR_RETURN(e.categories, Categories(name, full, pending));
-  }
-  e.full_shape = bare ? std::vector<int64_t>{static_cast<int64_t>(*numel)} : full;
-  for (const char* key : kStates) {
-    PendingState& s = pending.states[key];
+    PendingState& s = merged[key];
     StateTensor t;
     t.dtype = s.dtype;
     t.requires_grad = s.requires_grad;
@@ -415,90 +471,111 @@ Result<ParamEntry> NativeReader::Finish(const std::string& name, int32_t group, 
   return e;
 }
 
-Status NativeReader::IndexZero12(const ucp::GroupShapes& shapes) {
-  const size_t groups = shapes.size();
-  std::map<std::string, PendingParam> pending;
+Status NativeReader::IndexZero12(const std::vector<ucp::GroupShapes>& shapes) {
+  const size_t groups = shapes[0].size();
+  std::vector<std::map<std::string, PendingParam>> pending(static_cast<size_t>(tp_));  // by TP rank
   std::vector<std::optional<ucp::Step>> steps(groups);
-  for (size_t d = 0; d < archives_.size(); ++d) {
-    const TorchArchive& a = archives_[d];
-    const PickleTree& t = a.tree();
-    const NodeId osd = OptimRoot(d);
-    const std::vector<NodeId>* fp32 = format::SequenceItems(t, format::DictLookup(t, osd, "single_partition_of_fp32_groups"));
-    const std::vector<NodeId>* maps = format::SequenceItems(t, format::DictLookup(t, osd, "param_slice_mappings"));
-    const NodeId state = format::DictLookup(t, format::DictLookup(t, osd, "base_optimizer_state"), "state");
-    if (fp32 == nullptr || maps == nullptr || format::DictItems(t, state) == nullptr) {
-      return Corrupt(a.path() + ": optimizer_state_dict lacks single_partition_of_fp32_groups, param_slice_mappings "
-                                "or base_optimizer_state.state");
+  for (int32_t tp = 0; tp < tp_; ++tp) {
+    if (shapes[static_cast<size_t>(tp)].size() != groups) {
+      return Corrupt(ckpt_.dir_ + ": TP rank " + std::to_string(tp) + "'s param_shapes has " +
+                     std::to_string(shapes[static_cast<size_t>(tp)].size()) + " groups, TP rank 0's " +
+                     std::to_string(groups));
     }
-    if (fp32->size() != groups || maps->size() != groups) {
-      return Corrupt(a.path() + ": " + std::to_string(fp32->size()) + " fp32 partitions and " +
-                     std::to_string(maps->size()) + " param_slice_mappings, but param_shapes has " +
-                     std::to_string(groups) + " groups");
-    }
-    for (size_t g = 0; g < groups; ++g) {
-      const std::string where = "group " + std::to_string(g);
-      const NodeId gs = IntKeyLookup(t, state, static_cast<int64_t>(g));
-      if (format::DictItems(t, gs) == nullptr) {
-        return Unsupported(a.path() + ": base_optimizer_state.state has no entry for " + where +
-                           " (a group that never took an optimizer step)");
+    for (int32_t dp = 0; dp < dp_; ++dp) {
+      const TorchArchive& a = archives_[At(tp, dp)];
+      const PickleTree& t = a.tree();
+      const NodeId osd = OptimRoot(At(tp, dp));
+      const std::vector<NodeId>* fp32 =
+          format::SequenceItems(t, format::DictLookup(t, osd, "single_partition_of_fp32_groups"));
+      const std::vector<NodeId>* maps = format::SequenceItems(t, format::DictLookup(t, osd, "param_slice_mappings"));
+      const NodeId state = format::DictLookup(t, format::DictLookup(t, osd, "base_optimizer_state"), "state");
+      if (fp32 == nullptr || maps == nullptr || format::DictItems(t, state) == nullptr) {
+        return Corrupt(a.path() + ": optimizer_state_dict lacks single_partition_of_fp32_groups, "
+                                  "param_slice_mappings or base_optimizer_state.state");
       }
-      std::map<std::string, StateTensor> flats;
-      RS_ASSIGN_OR_RETURN(flats["fp32"], FlatTensor(a, (*fp32)[g], "single_partition_of_fp32_groups[" + std::to_string(g) + "]"));
-      for (const char* key : {"exp_avg", "exp_avg_sq"}) {
-        RS_ASSIGN_OR_RETURN(flats[key], FlatTensor(a, format::DictLookup(t, gs, key), where + " " + key));
-        if (flats[key].numel() != flats["fp32"].numel()) {
-          return Corrupt(a.path() + ": " + where + " " + key + " has " + std::to_string(flats[key].numel()) +
-                         " elements, its fp32 partition " + std::to_string(flats["fp32"].numel()));
-        }
+      if (fp32->size() != groups || maps->size() != groups) {
+        return Corrupt(a.path() + ": " + std::to_string(fp32->size()) + " fp32 partitions and " +
+                       std::to_string(maps->size()) + " param_slice_mappings, but param_shapes has " +
+                       std::to_string(groups) + " groups");
       }
-      const NodeId step_node = format::DictLookup(t, gs, "step");
-      if (step_node != kNoNode) {
-        RS_ASSIGN_OR_RETURN(ucp::Step step, ucp::ParseStep(a, step_node));
-        if (!steps[g]) {
-          steps[g] = step;
-        } else if (steps[g]->is_tensor != step.is_tensor || steps[g]->value != step.value) {
-          return Corrupt(a.path() + ": " + where + " step " + std::to_string(step.value) + " disagrees with DP rank 0's " +
-                         std::to_string(steps[g]->value));
+      for (size_t g = 0; g < groups; ++g) {
+        const std::string where = "group " + std::to_string(g);
+        const NodeId gs = IntKeyLookup(t, state, static_cast<int64_t>(g));
+        if (format::DictItems(t, gs) == nullptr) {
+          return Unsupported(a.path() + ": base_optimizer_state.state has no entry for " + where +
+                             " (a group that never took an optimizer step)");
         }
-      }
-      const std::vector<NodeId>* items = format::DictItems(t, (*maps)[g]);
-      if (items == nullptr) return Corrupt(a.path() + ": param_slice_mappings[" + std::to_string(g) + "] is not a dict");
-      for (size_t i = 0; i + 1 < items->size(); i += 2) {
-        const auto name = format::AsStr(t, (*items)[i]);
-        const NodeId frag = format::ObjectState(t, (*items)[i + 1]);
-        const auto start = format::AsInt(t, format::DictLookup(t, frag, "start"));
-        const auto numel = format::AsInt(t, format::DictLookup(t, frag, "numel"));
-        if (!name || !start || !numel || *start < 0 || *numel < 0) {
-          return Corrupt(a.path() + ": param_slice_mappings[" + std::to_string(g) + "] entry " +
-                         DescribeNode(t, (*items)[i]) + " is not a name -> fragment_address(start, numel)");
+        std::map<std::string, StateTensor> flats;
+        RS_ASSIGN_OR_RETURN(flats["fp32"],
+                            FlatTensor(a, (*fp32)[g], "single_partition_of_fp32_groups[" + std::to_string(g) + "]"));
+        for (const char* key : {"exp_avg", "exp_avg_sq"}) {
+          RS_ASSIGN_OR_RETURN(flats[key], FlatTensor(a, format::DictLookup(t, gs, key), where + " " + key));
+          if (flats[key].numel() != flats["fp32"].numel()) {
+            return Corrupt(a.path() + ": " + where + " " + key + " has " + std::to_string(flats[key].numel()) +
+                           " elements, its fp32 partition " + std::to_string(flats["fp32"].numel()));
+          }
         }
-        PendingParam& p = pending[std::string(*name)];
-        for (const char* key : kStates) {
-          RS_RETURN_IF_ERROR(AddFragment(p.states[key], flats[key], static_cast<uint64_t>(*start),
-                                         static_cast<uint64_t>(*numel),
-                                         "fragment of '" + std::string(*name) + "' " + key));
+        // step.pt is TP 0 / DP 0's (the converter asserts that every rank agrees; so does this).
+        const NodeId step_node = format::DictLookup(t, gs, "step");
+        if (step_node != kNoNode) {
+          RS_ASSIGN_OR_RETURN(ucp::Step step, ucp::ParseStep(a, step_node));
+          if (!steps[g]) {
+            steps[g] = step;
+          } else if (steps[g]->is_tensor != step.is_tensor || steps[g]->value != step.value) {
+            return Corrupt(a.path() + ": " + where + " step " + std::to_string(step.value) +
+                           " disagrees with rank 0's " + std::to_string(steps[g]->value));
+          }
+        }
+        const std::vector<NodeId>* items = format::DictItems(t, (*maps)[g]);
+        if (items == nullptr) return Corrupt(a.path() + ": param_slice_mappings[" + std::to_string(g) + "] is not a dict");
+        for (size_t i = 0; i + 1 < items->size(); i += 2) {
+          const auto name = format::AsStr(t, (*items)[i]);
+          const NodeId frag = format::ObjectState(t, (*items)[i + 1]);
+          const auto start = format::AsInt(t, format::DictLookup(t, frag, "start"));
+          const auto numel = format::AsInt(t, format::DictLookup(t, frag, "numel"));
+          if (!name || !start || !numel || *start < 0 || *numel < 0) {
+            return Corrupt(a.path() + ": param_slice_mappings[" + std::to_string(g) + "] entry " +
+                           DescribeNode(t, (*items)[i]) + " is not a name -> fragment_address(start, numel)");
+          }
+          PendingParam& p = pending[static_cast<size_t>(tp)][std::string(*name)];
+          for (const char* key : kStates) {
+            RS_RETURN_IF_ERROR(AddFragment(p.states[key], flats[key], static_cast<uint64_t>(*start),
+                                           static_cast<uint64_t>(*numel),
+                                           "fragment of '" + std::string(*name) + "' " + key));
+          }
         }
       }
     }
   }
   std::set<std::string> listed;
   for (size_t g = 0; g < groups; ++g) {
-    for (const auto& [name, shape] : shapes[g]) {
-      auto it = pending.find(name);
-      if (it == pending.end()) {
-        return Unsupported(ckpt_.dir_ + ": no optimizer file holds a fragment of '" + name +
-                           "', which param_shapes lists");
+    for (const auto& [name, shape0] : shapes[0][g]) {
+      std::vector<std::vector<int64_t>> tp_shapes;
+      std::vector<PendingParam> parts;
+      for (int32_t tp = 0; tp < tp_; ++tp) {
+        const auto& group = shapes[static_cast<size_t>(tp)][g];
+        const auto shape = std::find_if(group.begin(), group.end(), [&](const auto& e) { return e.first == name; });
+        auto it = pending[static_cast<size_t>(tp)].find(name);
+        if (shape == group.end() || it == pending[static_cast<size_t>(tp)].end()) {
+          return Unsupported(ckpt_.dir_ + ": TP rank " + std::to_string(tp) + " holds no " +
+                             (shape == group.end() ? "param_shapes entry" : "optimizer fragment") + " of '" + name +
+                             "', which TP rank 0's param_shapes lists");
+        }
+        tp_shapes.push_back(shape->second);
+        parts.push_back(std::move(it->second));
+        pending[static_cast<size_t>(tp)].erase(it);
       }
-      RS_ASSIGN_OR_RETURN(ParamEntry e, Finish(name, static_cast<int32_t>(g), shape, std::move(it->second), false));
-      pending.erase(it);
+      RS_ASSIGN_OR_RETURN(ParamEntry e, Finish(name, static_cast<int32_t>(g), tp_shapes, std::move(parts), false));
       e.step = steps[g];
       listed.insert(name);
       ckpt_.params_.push_back(std::move(e));
     }
   }
-  if (!pending.empty()) {
-    return Corrupt(ckpt_.dir_ + ": param_slice_mappings names '" + pending.begin()->first +
-                   "', which param_shapes does not list");
+  for (const auto& left : pending) {
+    if (!left.empty()) {
+      return Corrupt(ckpt_.dir_ + ": param_slice_mappings names '" + left.begin()->first +
+                     "', which param_shapes does not list");
+    }
   }
   return AddUnlisted(listed);
 }
@@ -530,63 +607,88 @@ Status NativeReader::AddUnlisted(const std::set<std::string>& listed) {
   return Status::Ok();
 }
 
-Status NativeReader::IndexZero3(const ucp::GroupShapes& shapes) {
-  const uint64_t world = archives_.size();
-  std::vector<std::map<std::string, PendingParam>> pending(shapes.size());
-  for (size_t d = 0; d < archives_.size(); ++d) {
-    const TorchArchive& a = archives_[d];
-    const PickleTree& t = a.tree();
-    const NodeId osd = OptimRoot(d);
-    const NodeId partition_groups = format::DictLookup(t, osd, "ds_zero_partition_groups");
-    const std::vector<NodeId>* pg = format::SequenceItems(t, partition_groups);
-    if (partition_groups != kNoNode && !format::IsNone(t, partition_groups) && (pg == nullptr || !pg->empty())) {
-      return Unsupported(a.path() + ": ds_zero_partition_groups (partitions other than the DP group) is not served");
+Status NativeReader::IndexZero3(const std::vector<ucp::GroupShapes>& shapes) {
+  const uint64_t world = static_cast<uint64_t>(dp_);
+  const size_t subs = shapes[0].size();
+  // pending[tp][sub-group][name]
+  std::vector<std::vector<std::map<std::string, PendingParam>>> pending(
+      static_cast<size_t>(tp_), std::vector<std::map<std::string, PendingParam>>(subs));
+  for (int32_t tp = 0; tp < tp_; ++tp) {
+    const ucp::GroupShapes& tp_shapes = shapes[static_cast<size_t>(tp)];
+    if (tp_shapes.size() != subs) {
+      return Corrupt(ckpt_.dir_ + ": TP rank " + std::to_string(tp) + "'s param_shapes has " +
+                     std::to_string(tp_shapes.size()) + " sub-groups, TP rank 0's " + std::to_string(subs));
     }
-    const std::vector<NodeId>* flats = format::SequenceItems(t, format::DictLookup(t, osd, "fp32_flat_groups"));
-    const NodeId state = format::DictLookup(t, format::DictLookup(t, osd, "optimizer_state_dict"), "state");
-    if (flats == nullptr || format::DictItems(t, state) == nullptr) {
-      return Corrupt(a.path() + ": optimizer_state_dict lacks fp32_flat_groups or optimizer_state_dict.state");
-    }
-    if (flats->size() != shapes.size()) {
-      return Corrupt(a.path() + ": " + std::to_string(flats->size()) + " fp32_flat_groups but param_shapes has " +
-                     std::to_string(shapes.size()) + " sub-groups");
-    }
-    for (size_t i = 0; i < shapes.size(); ++i) {
-      const std::string where = "sub-group " + std::to_string(i);
-      const NodeId ss = IntKeyLookup(t, state, static_cast<int64_t>(i));
-      if (format::DictItems(t, ss) == nullptr) {
-        return Unsupported(a.path() + ": optimizer_state_dict.state has no entry for " + where);
+    for (int32_t dp = 0; dp < dp_; ++dp) {
+      const uint64_t d = static_cast<uint64_t>(dp);
+      const TorchArchive& a = archives_[At(tp, dp)];
+      const PickleTree& t = a.tree();
+      const NodeId osd = OptimRoot(At(tp, dp));
+      const NodeId partition_groups = format::DictLookup(t, osd, "ds_zero_partition_groups");
+      const std::vector<NodeId>* pg = format::SequenceItems(t, partition_groups);
+      if (partition_groups != kNoNode && !format::IsNone(t, partition_groups) && (pg == nullptr || !pg->empty())) {
+        return Unsupported(a.path() + ": ds_zero_partition_groups (partitions other than the DP group) is not served");
       }
-      std::map<std::string, StateTensor> flat;
-      RS_ASSIGN_OR_RETURN(flat["fp32"], FlatTensor(a, (*flats)[i], "fp32_flat_groups[" + std::to_string(i) + "]"));
-      for (const char* key : {"exp_avg", "exp_avg_sq"}) {
-        RS_ASSIGN_OR_RETURN(flat[key], FlatTensor(a, format::DictLookup(t, ss, key), where + " " + key));
+      const std::vector<NodeId>* flats = format::SequenceItems(t, format::DictLookup(t, osd, "fp32_flat_groups"));
+      const NodeId state = format::DictLookup(t, format::DictLookup(t, osd, "optimizer_state_dict"), "state");
+      if (flats == nullptr || format::DictItems(t, state) == nullptr) {
+        return Corrupt(a.path() + ": optimizer_state_dict lacks fp32_flat_groups or optimizer_state_dict.state");
       }
-      uint64_t offset = 0;
-      for (const auto& [name, shape] : shapes[i]) {
-        const auto numel = Numel(shape);
-        if (!numel) return Corrupt(a.path() + ": '" + name + "' has too many elements");
-        const uint64_t part = (*numel + world - 1) / world;  // ceil(numel / DP): each rank's slot
-        const uint64_t begin = std::min(*numel, d * part);
-        const uint64_t real = std::min(part, *numel - begin);
-        for (const char* key : kStates) {
-          RS_RETURN_IF_ERROR(AddFragment(pending[i][name].states[key], flat[key], offset, real,
-                                         "partition of '" + name + "' " + key));
+      if (flats->size() != subs) {
+        return Corrupt(a.path() + ": " + std::to_string(flats->size()) + " fp32_flat_groups but param_shapes has " +
+                       std::to_string(subs) + " sub-groups");
+      }
+      for (size_t i = 0; i < subs; ++i) {
+        const std::string where = "sub-group " + std::to_string(i);
+        const NodeId ss = IntKeyLookup(t, state, static_cast<int64_t>(i));
+        if (format::DictItems(t, ss) == nullptr) {
+          return Unsupported(a.path() + ": optimizer_state_dict.state has no entry for " + where);
         }
-        offset += part;
-      }
-      for (const char* key : kStates) {
-        if (offset > flat[key].numel()) {
-          return Corrupt(a.path() + ": " + where + " " + key + " has " + std::to_string(flat[key].numel()) +
-                         " elements, its parameters' partitions need " + std::to_string(offset));
+        std::map<std::string, StateTensor> flat;
+        RS_ASSIGN_OR_RETURN(flat["fp32"], FlatTensor(a, (*flats)[i], "fp32_flat_groups[" + std::to_string(i) + "]"));
+        for (const char* key : {"exp_avg", "exp_avg_sq"}) {
+          RS_ASSIGN_OR_RETURN(flat[key], FlatTensor(a, format::DictLookup(t, ss, key), where + " " + key));
+        }
+        uint64_t offset = 0;
+        for (const auto& [name, shape] : tp_shapes[i]) {
+          const auto numel = ShapeNumel(shape);
+          if (!numel) return Corrupt(a.path() + ": '" + name + "' has too many elements");
+          const uint64_t part = (*numel + world - 1) / world;  // ceil(numel / DP): each rank's slot
+          const uint64_t begin = std::min(*numel, d * part);
+          const uint64_t real = std::min(part, *numel - begin);
+          for (const char* key : kStates) {
+            RS_RETURN_IF_ERROR(AddFragment(pending[static_cast<size_t>(tp)][i][name].states[key], flat[key], offset,
+                                           real, "partition of '" + name + "' " + key));
+          }
+          offset += part;
+        }
+        for (const char* key : kStates) {
+          if (offset > flat[key].numel()) {
+            return Corrupt(a.path() + ": " + where + " " + key + " has " + std::to_string(flat[key].numel()) +
+                           " elements, its parameters' partitions need " + std::to_string(offset));
+          }
         }
       }
     }
   }
-  for (size_t i = 0; i < shapes.size(); ++i) {
-    for (const auto& [name, shape] : shapes[i]) {
+  for (size_t i = 0; i < subs; ++i) {
+    for (const auto& [name, shape0] : shapes[0][i]) {
+      std::vector<std::vector<int64_t>> tp_shapes;
+      std::vector<PendingParam> parts;
+      for (int32_t tp = 0; tp < tp_; ++tp) {
+        const auto& group = shapes[static_cast<size_t>(tp)][i];
+        const auto shape = std::find_if(group.begin(), group.end(), [&](const auto& e) { return e.first == name; });
+        if (shape == group.end()) {
+          return Corrupt(ckpt_.dir_ + ": TP rank " + std::to_string(tp) + "'s param_shapes lacks '" + name +
+                         "', which TP rank 0's sub-group " + std::to_string(i) + " lists");
+        }
+        tp_shapes.push_back(shape->second);
+        parts.push_back(std::move(pending[static_cast<size_t>(tp)][i][name]));
+      }
+      // Without TP the converter writes ZeRO-3 states as bare flat tensors; with TP it merges the
+      // TP slices as for ZeRO-1/2 (dicts with their category keys).
       RS_ASSIGN_OR_RETURN(ParamEntry e,
-                          Finish(name, static_cast<int32_t>(i), shape, std::move(pending[i][name]), /*bare=*/true));
+                          Finish(name, static_cast<int32_t>(i), tp_shapes, std::move(parts), /*bare=*/tp_ == 1));
       ckpt_.params_.push_back(std::move(e));
     }
   }
@@ -618,14 +720,19 @@ Result<ucp::UniversalCheckpoint> NativeReader::Open(const std::string& path) {
   RS_RETURN_IF_ERROR(ckpt.LoadSourceLayout());
   RS_RETURN_IF_ERROR(r.CheckRanksAgree());
   const TorchArchive& model0 = ckpt.model_states_.front().archive;
-  auto shapes = ucp::ParseParamShapes(model0.tree(), format::DictLookup(model0.tree(), model0.tree().root(), "param_shapes"));
-  if (!shapes.ok()) return shapes.status().Annotate(model0.path());
-  ckpt.num_source_groups_ = static_cast<int32_t>(shapes->size());
+  std::vector<ucp::GroupShapes> shapes;  // by TP rank: its (DP 0) model-states file's param_shapes
+  for (int32_t tp = 0; tp < r.tp_; ++tp) {
+    const TorchArchive& m = ckpt.ModelStatesForTp(tp)->archive;  // the grid was checked by LoadModelStates
+    auto parsed = ucp::ParseParamShapes(m.tree(), format::DictLookup(m.tree(), m.tree().root(), "param_shapes"));
+    if (!parsed.ok()) return parsed.status().Annotate(m.path());
+    shapes.push_back(std::move(parsed).value());
+  }
+  ckpt.num_source_groups_ = static_cast<int32_t>(shapes[0].size());
   RS_RETURN_IF_ERROR(ckpt.CheckParamGroups());
   if (ckpt.zero_stage_ == 3) {
-    RS_RETURN_IF_ERROR(r.IndexZero3(*shapes));
+    RS_RETURN_IF_ERROR(r.IndexZero3(shapes));
   } else {
-    RS_RETURN_IF_ERROR(r.IndexZero12(*shapes));
+    RS_RETURN_IF_ERROR(r.IndexZero12(shapes));
   }
   for (size_t k = 0; k < ckpt.params_.size(); ++k) {
     if (!ckpt.param_index_.emplace(ckpt.params_[k].name, k).second) {

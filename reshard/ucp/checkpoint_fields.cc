@@ -1,8 +1,11 @@
 #include "reshard/ucp/checkpoint_fields.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <map>
 
+#include "reshard/base/checked_math.h"
 #include "reshard/format/pickle_query.h"
 
 namespace reshard::ucp {
@@ -11,6 +14,59 @@ using format::DescribeNode;
 using format::kNoNode;
 using format::NodeId;
 using format::PickleTree;
+
+bool IsDir(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::is_directory(path, ec);
+}
+
+bool IsFile(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(path, ec);
+}
+
+std::string StripTrailingSlashes(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  return path;
+}
+
+std::optional<int32_t> ParseRank(std::string_view digits) {
+  if (digits.empty() || digits.size() > 7) return std::nullopt;
+  int32_t v = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + (c - '0');
+  }
+  return v < kMaxRank ? std::optional<int32_t>(v) : std::nullopt;
+}
+
+std::optional<uint64_t> ShapeNumel(const std::vector<int64_t>& shape) {
+  uint64_t n = 1;
+  for (int64_t d : shape) {
+    const auto m = CheckedMul(n, static_cast<uint64_t>(d));
+    if (!m) return std::nullopt;
+    n = *m;
+  }
+  return n;
+}
+
+Result<std::string> FollowTagFile(const std::string& parent, std::string_view name) {
+  const std::string file = parent + "/" + std::string(name);
+  std::ifstream in(file, std::ios::binary);
+  constexpr size_t kMaxTagBytes = 4096;  // a folder name; anything longer is not a tag
+  std::string content(kMaxTagBytes + 1, '\0');
+  in.read(content.data(), static_cast<std::streamsize>(content.size()));
+  if (!in.is_open() || in.bad()) return IoError(file + ": read failed");
+  content.resize(static_cast<size_t>(in.gcount()));
+  if (content.size() > kMaxTagBytes) return Corrupt(file + ": longer than " + std::to_string(kMaxTagBytes) + " bytes");
+  // The engine joins the stripped text to the folder (engine.py load_checkpoint), so a tag
+  // with a '/' is a sub-path there and here alike.
+  const std::string tag = StripWhitespace(content);
+  if (tag.empty()) return NotFound(file + ": empty, names no checkpoint folder");
+  const std::string dir = StripTrailingSlashes(parent + "/" + tag);
+  if (!IsDir(dir)) return NotFound(file + ": names '" + tag + "', but " + dir + " is not a folder");
+  return dir;
+}
 
 // Python's str.strip(): the whitespace DeepSpeed's `fd.read().strip()` removes.
 std::string StripWhitespace(const std::string& s) {

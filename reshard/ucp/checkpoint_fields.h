@@ -1,13 +1,14 @@
-// Fields of DeepSpeed checkpoint files that both source readers parse (the universal reader in
-// universal_checkpoint.cc and the native reader in reshard/native/): the ZeRO stage, optimizer
-// param groups, `param_shapes`, and the tag text of a `latest` file. Each returns kCorrupt with a
-// message naming the field (callers prefix the file). Thread safety: pure functions.
-// Public header: C++17.
+// What both source readers (the universal reader in universal_checkpoint.cc and the native reader
+// in reshard/native/) parse alike: the ZeRO stage, optimizer param groups and `param_shapes` of
+// DeepSpeed's files (kCorrupt naming the field; callers prefix the file), the tag files (`latest`,
+// `latest_universal`) and the rank numbers in file names. Thread safety: pure functions (the
+// file ones read the file system). Public header: C++17.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -16,6 +17,24 @@
 #include "reshard/ucp/universal_checkpoint.h"
 
 namespace reshard::ucp {
+
+// More ranks than any run has; bounds the numbers parsed from file names and files.
+inline constexpr int32_t kMaxRank = 1 << 20;
+
+bool IsDir(const std::string& path);   // a folder (following links); false on any error
+bool IsFile(const std::string& path);  // a regular file (following links); false on any error
+std::string StripTrailingSlashes(std::string path);
+
+// A rank as DeepSpeed writes it in a file name (%d / %02d): decimal digits only, below kMaxRank.
+std::optional<int32_t> ParseRank(std::string_view digits);
+
+// The folder the tag file `parent`/`name` (`latest`, `latest_universal`) names, read as DeepSpeed
+// reads it (`fd.read().strip()`, joined to `parent`). Errors: kIoError (unreadable), kCorrupt
+// (longer than 4096 bytes), kNotFound (empty, or naming no folder), each naming the file.
+Result<std::string> FollowTagFile(const std::string& parent, std::string_view name);
+
+// The product of a shape of non-negative dims, or std::nullopt when it overflows 64 bits.
+std::optional<uint64_t> ShapeNumel(const std::vector<int64_t>& shape);
 
 // Python's str.strip(): the whitespace DeepSpeed's `fd.read().strip()` removes from `latest`.
 std::string StripWhitespace(const std::string& s);

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
 #include <system_error>
@@ -29,24 +28,6 @@ using format::TorchArchive;
 constexpr std::string_view kLatestFile = "latest_universal";
 constexpr std::string_view kZeroDir = "zero";
 constexpr std::string_view kModelStatesSuffix = "_model_states.pt";
-// More ranks than any run has; bounds the numbers parsed from file names.
-constexpr int32_t kMaxRank = 1 << 20;
-
-bool IsDir(const std::string& path) {
-  std::error_code ec;
-  return fs::is_directory(path, ec);
-}
-
-bool IsFile(const std::string& path) {
-  std::error_code ec;
-  return fs::is_regular_file(path, ec);
-}
-
-std::string StripTrailingSlashes(std::string path) {
-  while (path.size() > 1 && path.back() == '/') path.pop_back();
-  return path;
-}
-
 // The tag folder `path` names. A folder with zero/ is one even when it also holds a
 // latest_universal: ds_to_universal run with a trailing slash writes an empty one inside it.
 Result<std::string> ResolveTagDir(const std::string& path) {
@@ -56,32 +37,7 @@ Result<std::string> ResolveTagDir(const std::string& path) {
     if (!IsDir(path)) return NotFound(path + ": no such folder");
     return InvalidArgument(path + ": not a universal checkpoint (no zero/ folder and no latest_universal file)");
   }
-  std::ifstream in(latest, std::ios::binary);
-  constexpr size_t kMaxTagBytes = 4096;  // a folder name; anything longer is not a tag
-  std::string content(kMaxTagBytes + 1, '\0');
-  in.read(content.data(), static_cast<std::streamsize>(content.size()));
-  if (in.bad()) return IoError(latest + ": read failed");
-  content.resize(static_cast<size_t>(in.gcount()));
-  if (content.size() > kMaxTagBytes)
-    return Corrupt(latest + ": longer than " + std::to_string(kMaxTagBytes) + " bytes");
-  // The engine joins the stripped text to the folder (engine.py load_checkpoint), so a tag
-  // with a '/' is a sub-path there and here alike.
-  const std::string tag = StripWhitespace(content);
-  if (tag.empty()) return NotFound(latest + ": empty, names no checkpoint folder");
-  const std::string dir = StripTrailingSlashes(path + "/" + tag);
-  if (!IsDir(dir)) return NotFound(latest + ": names '" + tag + "', but " + dir + " is not a folder");
-  return dir;
-}
-
-// Decimal digits only: DeepSpeed writes ranks with %d / %02d, never signs or spaces.
-std::optional<int32_t> ParseRank(std::string_view digits) {
-  if (digits.empty() || digits.size() > 7) return std::nullopt;
-  int32_t v = 0;
-  for (char c : digits) {
-    if (c < '0' || c > '9') return std::nullopt;
-    v = v * 10 + (c - '0');
-  }
-  return v < kMaxRank ? std::optional<int32_t>(v) : std::nullopt;
+  return FollowTagFile(path, kLatestFile);
 }
 
 // A model-states file name: "mp_rank_<tp>_model_states.pt" (stage <= 2) or
@@ -151,16 +107,6 @@ Result<std::vector<std::pair<std::string, FileRanks>>> ListModelStatesFiles(cons
     return std::make_pair(a.second.tp, a.second.dp) < std::make_pair(b.second.tp, b.second.dp);
   });
   return out;
-}
-
-std::optional<uint64_t> Numel(const std::vector<int64_t>& shape) {
-  uint64_t n = 1;
-  for (int64_t d : shape) {
-    const auto m = CheckedMul(n, static_cast<uint64_t>(d));
-    if (!m) return std::nullopt;
-    n = *m;
-  }
-  return n;
 }
 
 // A degree or world size: bounded so that products of them stay far from overflow later.
@@ -460,7 +406,7 @@ Status UniversalCheckpoint::CheckStoredNumel(const ParamEntry& entry, const std:
   const bool exact = tp_degree_ == 1 && !entry.categories.vocab_tensor.value_or(false) &&
                      !entry.categories.is_expert_param.value_or(false);
   if (!exact) return Status::Ok();
-  const auto stored = Numel(entry.full_shape), expected = Numel(recorded);
+  const auto stored = ShapeNumel(entry.full_shape), expected = ShapeNumel(recorded);
   if (stored && expected && *stored == *expected) return Status::Ok();
   return Corrupt(entry.dir + "/fp32.pt: holds " + (stored ? std::to_string(*stored) : "too many") +
                  " elements but param_shapes records " + (expected ? std::to_string(*expected) : "too many") +

@@ -40,8 +40,15 @@ SOURCES = {
     "z2-dp4-bf16": GOLDENS / "load_universal-tiny-z2-dp4-bf16" / "native_resaved",
     "z3-dp1-fp32": GOLDENS / "load_universal-tiny_zero3-z3-dp1-fp32" / "native_resaved",
     "z3-dp2-fp32": GOLDENS / "load_universal-tiny_zero3-z3-dp2-fp32" / "native_resaved",
+    # AutoTP at TP 2 (affine_map splits along dim 0 and 1, replicated norms), committed with its conversion.
+    "llama-tp2-z1": EXAMPLES / "tiny_llama_tp2" / "native",
 }
-DEFAULT_SOURCES = ("tiny-z1-dp2", "z2-dp4-bf16", "z3-dp2-fp32")
+DEFAULT_SOURCES = ("tiny-z1-dp2", "z2-dp4-bf16", "z3-dp2-fp32", "llama-tp2-z1")
+# Conversions committed beside their native folder (the others are converted here).
+COMMITTED_CONVERSIONS = {"tiny-z1-dp2": EXAMPLES / "tiny" / "universal",
+                         "llama-tp2-z1": EXAMPLES / "tiny_llama_tp2" / "universal"}
+# Flags a source needs whatever the target (the model config: AutoTP shard sizes at TP > 1).
+SOURCE_FLAGS = {"llama-tp2-z1": ["--model-config", EXAMPLES / "tiny_llama_tp2" / "config.json"]}
 # Targets: (ZeRO stage, DP, lp dtype).
 TARGETS = [(z, dp, lp) for z in (1, 2, 3) for dp in (1, 3, 4) for lp in ("fp32", "bf16")]
 CONVERT_TIMEOUT_S = 300
@@ -54,8 +61,8 @@ def converted(tmp_path_factory: pytest.TempPathFactory):
     done: dict[str, Path] = {}
 
     def get(source_id: str) -> Path:
-        if source_id == "tiny-z1-dp2":
-            return EXAMPLES / "tiny" / "universal"
+        if source_id in COMMITTED_CONVERSIONS:
+            return COMMITTED_CONVERSIONS[source_id]
         if source_id not in done:
             native = SOURCES[source_id]
             tag = (native / "latest").read_text().strip()
@@ -72,8 +79,10 @@ def converted(tmp_path_factory: pytest.TempPathFactory):
     return get
 
 
-def materialize(reshardfs: Path, run_tool, source: Path, out: Path, stage: int, dp: int, lp: str) -> list[Path]:
-    result = run_tool(reshardfs, "materialize", source, out, "--zero-stage", stage, "--dp", dp, "--lp-dtype", lp, "-q")
+def materialize(reshardfs: Path, run_tool, source: Path, out: Path, stage: int, dp: int, lp: str,
+                flags: list = ()) -> list[Path]:
+    result = run_tool(reshardfs, "materialize", source, out, "--zero-stage", stage, "--dp", dp, "--lp-dtype", lp,
+                      *flags, "-q")
     assert result.returncode == 0, result
     return sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
 
@@ -84,8 +93,9 @@ def test_native_source_serves_the_files_of_its_conversion(source_id, converted, 
     compared = 0
     for stage, dp, lp in TARGETS:
         case = f"z{stage}-dp{dp}-{lp}"
-        native_files = materialize(reshardfs, run_tool, SOURCES[source_id], tmp_path / "n" / case, stage, dp, lp)
-        universal_files = materialize(reshardfs, run_tool, universal, tmp_path / "u" / case, stage, dp, lp)
+        flags = SOURCE_FLAGS.get(source_id, [])
+        native_files = materialize(reshardfs, run_tool, SOURCES[source_id], tmp_path / "n" / case, stage, dp, lp, flags)
+        universal_files = materialize(reshardfs, run_tool, universal, tmp_path / "u" / case, stage, dp, lp, flags)
         assert native_files == universal_files, case
         for rel in native_files:
             a, b = tmp_path / "n" / case / rel, tmp_path / "u" / case / rel
@@ -119,7 +129,8 @@ def test_mount_shows_the_universal_checkpoint_ds_to_universal_writes(source_id, 
                 assert (mnt / root / rel).read_bytes() == (reference / root / rel).read_bytes(), rel
         return len(expected)
 
-    n = served_while([reshardfs, "mount", SOURCES[source_id], mnt, "--dp", 2, "-f"], mnt, tmp_path / "mount.log",
+    n = served_while([reshardfs, "mount", SOURCES[source_id], mnt, "--dp", 2, *SOURCE_FLAGS.get(source_id, []), "-f"],
+                     mnt, tmp_path / "mount.log",
                      compare)
     assert n > 0
     print(f"{source_id}: {n} universal-checkpoint files equal to ds_to_universal's")
@@ -150,7 +161,9 @@ def assert_weights_are_zero_to_fp32s(weights: Path, native: Path) -> int:
 
 
 @requires_fuse
-@pytest.mark.parametrize("source_id", tiered([*SOURCES, "tiny-universal"], default=(*DEFAULT_SOURCES, "tiny-universal")))
+@pytest.mark.parametrize("source_id", tiered([*(s for s in SOURCES if s != "llama-tp2-z1"), "tiny-universal"],
+                                             default=(*(s for s in DEFAULT_SOURCES if s != "llama-tp2-z1"),
+                                                      "tiny-universal")))
 def test_model_safetensors_is_zero_to_fp32s_state_dict(source_id, reshardfs, tmp_path):
     """MOUNT/<tag>/model.safetensors holds what zero_to_fp32's get_fp32_state_dict_from_zero_checkpoint returns for
     the native checkpoint: the same names, dtypes, shapes and bits (also when mounting its universal conversion)."""
@@ -161,6 +174,35 @@ def test_model_safetensors_is_zero_to_fp32s_state_dict(source_id, reshardfs, tmp
     n = served_while([reshardfs, "mount", source, mnt, "--dp", 3, "-f"], mnt, tmp_path / "mount.log",
                      lambda: assert_weights_are_zero_to_fp32s(mnt / "global_step3" / "model.safetensors", native))
     assert n > 0
+
+
+@requires_fuse
+def test_model_safetensors_of_a_tp2_source_is_its_conversions_fp32(reshardfs, tmp_path):
+    """At TP 2 (where zero_to_fp32 does not merge TP slices) model.safetensors holds each trained parameter's full
+    fp32 master as ds_to_universal merged it (zero/<name>/fp32.pt's 'param'), bit for bit."""
+    from safetensors.torch import load as load_bytes
+
+    universal = COMMITTED_CONVERSIONS["llama-tp2-z1"]
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    served = served_while([reshardfs, "mount", SOURCES["llama-tp2-z1"], mnt, "--dp", 1,
+                           *SOURCE_FLAGS["llama-tp2-z1"], "-f"], mnt,
+                          tmp_path / "mount.log", lambda: load_bytes((mnt / "global_step3" / "model.safetensors").read_bytes()))
+    assert_weights_are_the_conversions(served, universal)
+
+
+def assert_weights_are_the_conversions(served: dict, universal: Path) -> None:
+    """Every trained parameter of `served` (a loaded model.safetensors) is the conversion's full fp32 'param'."""
+    tag_dir = universal / (universal / "latest_universal").read_text().strip()
+    model_states = load(next(tag_dir.glob("*model_states.pt")))
+    trained = [name for group in model_states["param_shapes"] for name in group]
+    assert trained and set(trained) <= set(served)
+    for name in trained:
+        expected = load(tag_dir / "zero" / name / "fp32.pt")
+        expected = expected["param"] if isinstance(expected, dict) else expected
+        got = served[name]
+        assert got.dtype == expected.dtype and got.numel() == expected.numel(), name
+        assert torch.equal(got.reshape(-1).view(torch.uint8), expected.reshape(-1).view(torch.uint8)), name
 
 
 @requires_fuse
@@ -231,11 +273,6 @@ def test_mount_of_a_native_source_reads_like_materialize(reshardfs, run_tool, tm
 
 
 def test_native_source_refusals_are_one_line(reshardfs, run_tool, tmp_path):
-    tp2 = run_tool(reshardfs, "plan", EXAMPLES / "tiny_llama_tp2" / "native", "--dp", 2)
-    assert tp2.returncode != 0
-    lines = tp2.stderr.strip().splitlines()
-    assert len(lines) == 1 and "saved with TP 2" in lines[0] and "ds_to_universal" in lines[0], tp2
-
     broken = tmp_path / "broken"
     subprocess.run(["cp", "-r", str(SOURCES["z2-dp4-fp32"]), str(broken)], check=True)
     (broken / "global_step3" / "zero_pp_rank_2_mp_rank_00_optim_states.pt").unlink()
@@ -246,8 +283,8 @@ def test_native_source_refusals_are_one_line(reshardfs, run_tool, tmp_path):
 
 
 # Llama-family native sources made live by examples/make_tiny_llama_checkpoint.py in the full tier (the goldens
-# keep only their conversions): ZeRO-1 and ZeRO-3 without TP, a tied head (Qwen2), frozen layers.
-LLAMA_NATIVE = ("tp1_zero1", "tp1_zero3", "qwen2_tied_tp1_zero1", "llama_frozen_tp1_zero1")
+# keep only their conversions): ZeRO-1 and ZeRO-3 without TP, a tied head (Qwen2), frozen layers, AutoTP ZeRO-3 at TP 2.
+LLAMA_NATIVE = ("tp1_zero1", "tp1_zero3", "qwen2_tied_tp1_zero1", "llama_frozen_tp1_zero1", "tp2_zero3")
 
 
 @requires_fuse
@@ -289,9 +326,15 @@ def test_llama_native_sources(source_id, references, reshardfs, run_tool, tmp_pa
             except AssertionError as e:
                 raise AssertionError(f"{rel}: {e}") from None
         tag = (mnt / "latest").read_text()
-        assert assert_weights_are_zero_to_fp32s(mnt / tag / "model.safetensors", native) > 0
+        if source_id.startswith("tp2"):  # zero_to_fp32 does not merge TP slices: the conversion's are the reference
+            from safetensors.torch import load as load_bytes
 
-    served_while([reshardfs, "mount", native, mnt, "--dp", 2, "-f"], mnt, tmp_path / "mount.log", check)
+            assert_weights_are_the_conversions(load_bytes((mnt / tag / "model.safetensors").read_bytes()), universal)
+        else:
+            assert assert_weights_are_zero_to_fp32s(mnt / tag / "model.safetensors", native) > 0
+
+    served_while([reshardfs, "mount", native, mnt, "--dp", 2, "--model-config", config, "-f"], mnt,
+                 tmp_path / "mount.log", check)
 
 
 @pytest.mark.parametrize("source_id", tiered(SOURCES, default=DEFAULT_SOURCES))

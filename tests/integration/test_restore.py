@@ -43,6 +43,8 @@ pytestmark = pytest.mark.timeout(900)
 UCP = EXAMPLES / "tiny" / "universal"
 ZERO3_UCP = EXAMPLES.parent / "tests" / "fixtures" / "tiny_zero3" / "universal"
 LLAMA_UCP = EXAMPLES / "tiny_llama_tp2" / "universal"
+NATIVE = EXAMPLES / "tiny" / "native"
+ZERO3_NATIVE = EXAMPLES.parent / "tests" / "goldens" / "load_universal-tiny_zero3-z3-dp2-fp32" / "native_resaved"
 LP_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 # id: (UCP, target ZeRO stage, TP, DP, lp dtype)
@@ -52,6 +54,9 @@ FILL_CASES = {
     "zero3_dp2_to_dp4": (ZERO3_UCP, 3, 1, 4, "fp32"),
     "llama_tp2_to_tp1_dp2": (LLAMA_UCP, 1, 1, 2, "fp32"),
     "llama_tp2_dp1_to_dp2": (LLAMA_UCP, 1, 2, 2, "fp32"),
+    # Native sources (no ds_to_universal): the executor reads the optimizer files' fragments in place.
+    "native_zero1_dp2_to_zero2_bf16_dp4": (NATIVE, 2, 1, 4, "bf16"),
+    "native_zero3_dp2_to_dp3": (ZERO3_NATIVE, 3, 1, 3, "fp32"),
 }
 
 # id: (UCP, target ZeRO stage, DP, bf16 target, cooperative)
