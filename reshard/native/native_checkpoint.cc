@@ -24,7 +24,6 @@ namespace fs = std::filesystem;
 using format::DescribeNode;
 using ucp::IsDir;
 using ucp::IsFile;
-using ucp::ParseRank;
 using ucp::ShapeNumel;
 using ucp::StripTrailingSlashes;
 using format::kNoNode;
@@ -42,23 +41,9 @@ constexpr const char* kStates[] = {"fp32", "exp_avg", "exp_avg_sq"};
 
 // "[bf16_]zero_pp_rank_<dp>_mp_rank_<tp>_optim_states.pt" -> (tp, dp).
 std::optional<std::pair<int32_t, int32_t>> ParseOptimName(std::string_view name) {
-  if (name.size() <= kOptimSuffix.size() || name.substr(name.size() - kOptimSuffix.size()) != kOptimSuffix) {
-    return std::nullopt;
-  }
-  name.remove_suffix(kOptimSuffix.size());
-  constexpr std::string_view kBf16 = "bf16_", kZero = "zero_pp_rank_", kMp = "mp_rank_";
-  if (name.substr(0, kBf16.size()) == kBf16) name.remove_prefix(kBf16.size());
-  if (name.substr(0, kZero.size()) != kZero) return std::nullopt;
-  name.remove_prefix(kZero.size());
-  const size_t sep = name.find('_');
-  if (sep == std::string_view::npos) return std::nullopt;
-  const auto dp = ParseRank(name.substr(0, sep));
-  name.remove_prefix(sep + 1);
-  if (!dp || name.substr(0, kMp.size()) != kMp) return std::nullopt;
-  name.remove_prefix(kMp.size());
-  const auto tp = ParseRank(name);
-  if (!tp) return std::nullopt;
-  return std::make_pair(*tp, *dp);
+  const std::optional<ucp::RankFileName> r = ucp::ParseRankFileName(name, kOptimSuffix);
+  if (!r || !r->zero3) return std::nullopt;
+  return std::make_pair(r->tp, r->dp);
 }
 
 bool HasOptimFiles(const std::string& dir) {

@@ -40,6 +40,31 @@ std::optional<int32_t> ParseRank(std::string_view digits) {
   return v < kMaxRank ? std::optional<int32_t>(v) : std::nullopt;
 }
 
+std::optional<RankFileName> ParseRankFileName(std::string_view name, std::string_view suffix) {
+  if (name.size() <= suffix.size() || name.substr(name.size() - suffix.size()) != suffix) return std::nullopt;
+  name.remove_suffix(suffix.size());
+  RankFileName r;
+  constexpr std::string_view kMp = "mp_rank_", kZero = "zero_pp_rank_", kBf16 = "bf16_";
+  if (name.substr(0, kBf16.size()) == kBf16) name.remove_prefix(kBf16.size());
+  if (name.substr(0, kZero.size()) == kZero) {
+    name.remove_prefix(kZero.size());
+    const size_t sep = name.find('_');
+    if (sep == std::string_view::npos) return std::nullopt;
+    const auto dp = ParseRank(name.substr(0, sep));
+    name.remove_prefix(sep + 1);
+    if (!dp || name.substr(0, kMp.size()) != kMp) return std::nullopt;
+    r.zero3 = true;
+    r.dp = *dp;
+  } else if (name.substr(0, kMp.size()) != kMp) {
+    return std::nullopt;
+  }
+  name.remove_prefix(kMp.size());
+  const auto tp = ParseRank(name);
+  if (!tp) return std::nullopt;
+  r.tp = *tp;
+  return r;
+}
+
 std::optional<uint64_t> ShapeNumel(const std::vector<int64_t>& shape) {
   uint64_t n = 1;
   for (int64_t d : shape) {

@@ -28,6 +28,16 @@ std::string StripTrailingSlashes(std::string path);
 // A rank as DeepSpeed writes it in a file name (%d / %02d): decimal digits only, below kMaxRank.
 std::optional<int32_t> ParseRank(std::string_view digits);
 
+// The ranks in a per-rank file name: "mp_rank_<tp><suffix>" or
+// "[bf16_]zero_pp_rank_<dp>_mp_rank_<tp><suffix>" (zero3 true: the stage-3 model-states and every
+// optimizer-states name). std::nullopt for any other name (layer_* files, stray files).
+struct RankFileName {
+  bool zero3 = false;
+  int32_t tp = 0;
+  int32_t dp = -1;  // zero_pp_rank names only
+};
+std::optional<RankFileName> ParseRankFileName(std::string_view name, std::string_view suffix);
+
 // The folder the tag file `parent`/`name` (`latest`, `latest_universal`) names, read as DeepSpeed
 // reads it (`fd.read().strip()`, joined to `parent`). Errors: kIoError (unreadable), kCorrupt
 // (longer than 4096 bytes), kNotFound (empty, or naming no folder), each naming the file.

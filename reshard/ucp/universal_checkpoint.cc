@@ -43,45 +43,15 @@ Result<std::string> ResolveTagDir(const std::string& path) {
 // A model-states file name: "mp_rank_<tp>_model_states.pt" (stage <= 2) or
 // "[bf16_]zero_pp_rank_<dp>_mp_rank_<tp>_model_states.pt" (stage 3). Anything else (AutoEP
 // layer_* files, stray files) is not one.
-struct FileRanks {
-  bool zero3 = false;
-  int32_t tp = 0;
-  int32_t dp = -1;
-};
-
-std::optional<FileRanks> ParseModelStatesName(std::string_view name) {
-  if (name.size() <= kModelStatesSuffix.size() ||
-      name.substr(name.size() - kModelStatesSuffix.size()) != kModelStatesSuffix) {
-    return std::nullopt;
-  }
-  name.remove_suffix(kModelStatesSuffix.size());
-  FileRanks r;
-  constexpr std::string_view kMp = "mp_rank_", kZero = "zero_pp_rank_", kBf16 = "bf16_";
-  if (name.substr(0, kBf16.size()) == kBf16) name.remove_prefix(kBf16.size());
-  if (name.substr(0, kZero.size()) == kZero) {
-    name.remove_prefix(kZero.size());
-    const size_t sep = name.find('_');
-    if (sep == std::string_view::npos) return std::nullopt;
-    const auto dp = ParseRank(name.substr(0, sep));
-    name.remove_prefix(sep + 1);
-    if (!dp || name.substr(0, kMp.size()) != kMp) return std::nullopt;
-    r.zero3 = true;
-    r.dp = *dp;
-  } else if (name.substr(0, kMp.size()) != kMp) {
-    return std::nullopt;
-  }
-  name.remove_prefix(kMp.size());
-  const auto tp = ParseRank(name);
-  if (!tp) return std::nullopt;
-  r.tp = *tp;
-  return r;
+std::optional<RankFileName> ParseModelStatesName(std::string_view name) {
+  return ParseRankFileName(name, kModelStatesSuffix);
 }
 
-Result<std::vector<std::pair<std::string, FileRanks>>> ListModelStatesFiles(const std::string& dir) {
+Result<std::vector<std::pair<std::string, RankFileName>>> ListModelStatesFiles(const std::string& dir) {
   std::error_code ec;
   fs::directory_iterator it(dir, ec);
   if (ec) return IoError(dir + ": cannot list: " + ec.message());
-  std::vector<std::pair<std::string, FileRanks>> out;
+  std::vector<std::pair<std::string, RankFileName>> out;
   for (; it != fs::directory_iterator(); it.increment(ec)) {
     if (ec) return IoError(dir + ": listing failed: " + ec.message());
     const std::string name = it->path().filename().string();
