@@ -29,6 +29,14 @@ void WriteFile(const fs::path& path, const char* bytes, size_t size) {
   if (!out) Die("cannot write " + path.string());
 }
 
+std::string ReadFile(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes(fs::file_size(path), '\0');
+  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!in) Die("cannot read " + path.string());
+  return bytes;
+}
+
 }  // namespace
 
 ScratchCheckpoint::ScratchCheckpoint(const std::string& template_dir) : template_dir_(template_dir) {
@@ -45,6 +53,7 @@ ScratchCheckpoint::ScratchCheckpoint(const std::string& template_dir) : template
   }
   std::sort(files_.begin(), files_.end());
   if (files_.empty()) Die(template_dir_ + " holds no files");
+  for (const std::string& name : files_) template_bytes_.push_back(ReadFile(fs::path(template_dir_) / name));
 }
 
 ScratchCheckpoint::~ScratchCheckpoint() {
@@ -60,10 +69,8 @@ void ScratchCheckpoint::Replace(size_t index, const uint8_t* bytes, size_t size)
 
 void ScratchCheckpoint::Restore() {
   if (replaced_ == SIZE_MAX) return;
-  const std::string& name = files_[replaced_];
-  std::ifstream in(fs::path(template_dir_) / name, std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  WriteFile(fs::path(root_) / name, bytes.data(), bytes.size());
+  const std::string& bytes = template_bytes_[replaced_];
+  WriteFile(fs::path(root_) / files_[replaced_], bytes.data(), bytes.size());
   replaced_ = SIZE_MAX;
 }
 
@@ -79,6 +86,11 @@ std::string Zero3Native() {
 Status PlanAndReadAll(const std::string& ucp, const nlohmann::ordered_json& ds_config,
                       const plan::TargetOverrides& overrides, const plan::ModelConfig& model, int64_t max_ranks) {
   RS_ASSIGN_OR_RETURN(ucp::UniversalCheckpoint checkpoint, native::OpenCheckpointSource(ucp));
+  return PlanAndReadAll(checkpoint, ds_config, overrides, model, max_ranks);
+}
+
+Status PlanAndReadAll(const ucp::UniversalCheckpoint& checkpoint, const nlohmann::ordered_json& ds_config,
+                      const plan::TargetOverrides& overrides, const plan::ModelConfig& model, int64_t max_ranks) {
   RS_ASSIGN_OR_RETURN(plan::Target target, plan::ResolveTarget(checkpoint, ds_config, overrides, model));
   if (int64_t{target.tp_size} * target.dp_size > max_ranks) return Status::Ok();
   RS_ASSIGN_OR_RETURN(plan::CheckpointPlan planned, plan::PlanCheckpoint(checkpoint, target));

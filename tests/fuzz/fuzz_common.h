@@ -16,7 +16,9 @@
 
 namespace reshard::fuzz {
 
-// A copy of `template_dir` (a folder holding latest_universal) under a fresh temporary folder.
+// A copy of `template_dir` (a folder holding latest_universal) under a fresh temporary folder. The template's
+// bytes are read once and kept in memory, so restoring a replaced file costs one write, not a read of the
+// source tree per input.
 class ScratchCheckpoint {
  public:
   explicit ScratchCheckpoint(const std::string& template_dir);
@@ -35,6 +37,7 @@ class ScratchCheckpoint {
   std::string template_dir_;
   std::string root_;
   std::vector<std::string> files_;
+  std::vector<std::string> template_bytes_;  // parallel to files_
   size_t replaced_ = SIZE_MAX;
 };
 
@@ -53,6 +56,10 @@ std::string Zero3Native();
 // the way is a finding. A target of more than `max_ranks` TP x DP ranks is resolved but not planned: a valid
 // config may ask for 10^6 ranks, and planning them is slow, not wrong (the harness's bound, not the reader's).
 Status PlanAndReadAll(const std::string& ucp, const nlohmann::ordered_json& ds_config,
+                      const plan::TargetOverrides& overrides, const plan::ModelConfig& model = {},
+                      int64_t max_ranks = 16);
+// The same over a checkpoint opened once (harnesses that vary only the target).
+Status PlanAndReadAll(const ucp::UniversalCheckpoint& checkpoint, const nlohmann::ordered_json& ds_config,
                       const plan::TargetOverrides& overrides, const plan::ModelConfig& model = {},
                       int64_t max_ranks = 16);
 
