@@ -83,7 +83,7 @@ def param_groups(model):
     ]
 
 
-VARIANTS = ("", "cpu_adam", "bf16_optimizer", "frozen")
+VARIANTS = ("", "cpu_adam", "bf16_optimizer", "frozen", "round_robin")
 
 
 def ds_config(dp, zero_stage, bf16=False, load_universal=False, variant=""):
@@ -95,7 +95,10 @@ def ds_config(dp, zero_stage, bf16=False, load_universal=False, variant=""):
                         its BF16_Optimizer instead of the ZeRO-1 optimizer (files of another layout);
       "frozen"          torch AdamW as "", with fc1 (weight and bias) frozen by init_deepspeed: parameters no
                         optimizer owns, saved in the module (ZeRO-1/2) and, from ZeRO-2 on, under
-                        frozen_param_shapes / frozen_param_fragments (ZeRO-3: each rank's partition)."""
+                        frozen_param_shapes / frozen_param_fragments (ZeRO-3: each rank's partition);
+      "round_robin"     torch AdamW as "", with zero_optimization.round_robin_gradients (ZeRO-1/2): DeepSpeed
+                        orders each group's parameters round robin over the DP ranks before flattening, so the
+                        flat partitions hold them in another order than the model's."""
     assert variant in VARIANTS, variant
     cfg = {
         "train_batch_size": GLOBAL_BATCH,
@@ -132,6 +135,8 @@ def ds_config(dp, zero_stage, bf16=False, load_universal=False, variant=""):
         cfg["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
     elif variant == "bf16_optimizer":
         cfg["data_types"] = {"grad_accum_dtype": "fp32"}
+    elif variant == "round_robin":
+        cfg["zero_optimization"]["round_robin_gradients"] = True
     return cfg
 
 

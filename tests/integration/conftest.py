@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from goldens import TINY_UCP, Reference, References
+from native_sources import COMMITTED_CONVERSIONS, SOURCES, convert
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")  # DeepSpeed's import otherwise probes for GPUs
 
@@ -133,6 +134,22 @@ class ToolResult:
 
 
 Runner = Callable[..., ToolResult]
+
+
+@pytest.fixture(scope="session")
+def converted(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """converted(id) -> the universal checkpoint ds_to_universal writes for native_sources.SOURCES[id] (the folder
+    with latest_universal): the committed one, or converted once per session."""
+    done: dict[str, Path] = {}
+
+    def get(source_id: str) -> Path:
+        if source_id in COMMITTED_CONVERSIONS:
+            return COMMITTED_CONVERSIONS[source_id]
+        if source_id not in done:
+            done[source_id] = convert(SOURCES[source_id], tmp_path_factory.mktemp(f"ucp-{source_id}"))
+        return done[source_id]
+
+    return get
 
 
 @pytest.fixture(scope="session")

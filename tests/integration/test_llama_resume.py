@@ -37,6 +37,9 @@ weights and fp32 gradient accumulation at ZeRO-1, which DeepSpeed runs with its 
   here from the UCP's tensors (the split dim read from DeepSpeed's own AutoTP layers: the dim where the live
   parameter's ds_shape differs from the full shape), and the next two all-reduced losses match the source
   run's own continuation within 1e-4 (another layout sums in another order, so equality is not expected).
+- test_seed_case_from_the_native_source_resumes_as_from_its_conversion (full tier: the goldens keep no native
+  folder): the seed case mounted from tp1_zero3's native save, without ds_to_universal, resumes exactly as the
+  mount of its conversion does (state after the load, losses and state after 3 steps).
 - test_tp_restore_matches_load_universal[<case>]: the same comparison (state and 3 training steps) for
   reshardfs.restore(engine, UCP, model_config) in place of the mount (llama_resume mode "restore"): TP 2->1,
   TP 1->2 through the built-in AutoTP rules (ZeRO-1, and ZeRO-1->2 with bf16 weights), ZeRO-3 at TP 2 with
@@ -126,17 +129,18 @@ def ds_config_file(path: Path, tp: int, dp: int, stage: int, precision: str, mod
 
 @pytest.fixture(scope="session")
 def mount_resume(reshardfs: Path, llama_source, tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
-    """mount_resume(source, tp, dp, stage, precision): llama_resume "native" outputs from a mount of that layout."""
+    """mount_resume(source, tp, dp, stage, precision, folder="universal"): llama_resume "native" outputs from a mount
+    of that layout; `folder` is the source's universal/ (its UCP) or native/ (what engine.save_checkpoint wrote)."""
     cache = RunCache()
 
-    def run(source: str, tp: int, dp: int, stage: int, precision: str) -> Path:
+    def run(source: str, tp: int, dp: int, stage: int, precision: str, folder: str = "universal") -> Path:
         src = llama_source(source)
-        work = tmp_path_factory.mktemp(run_name("mount", source, tp, dp, stage, precision))
+        work = tmp_path_factory.mktemp(run_name(f"mount_{folder}", source, tp, dp, stage, precision))
         config = ds_config_file(work / "ds_config.json", tp, dp, stage, precision, llama_model(source))
         mountpoint = work / "mnt"
         mountpoint.mkdir()
         # The ds_config has no train_batch_size (see make_tiny_llama_checkpoint.ds_config), so DP is a flag.
-        return served_while([reshardfs, "mount", src / "universal", mountpoint, "--ds-config", config, "--dp", str(dp),
+        return served_while([reshardfs, "mount", src / folder, mountpoint, "--ds-config", config, "--dp", str(dp),
                              "--model-config", src / "config.json", "-f"], mountpoint, work / "server.log",
                             lambda: resume("native", mountpoint, tp, dp, stage, work / "resume", precision=precision,
                                            train_steps=TRAIN_STEPS, model=llama_model(source)))  # fmt: skip
@@ -295,6 +299,21 @@ def test_zero3_autotp_partitions_equal_independent_slices(layout: str, mount_res
     reference = json.loads((src / "reference_losses.json").read_text())["train_losses"]
     got = losses(served_dir, 0)["global_mean_losses"][:len(reference)]
     assert all(abs(a - b) <= LOSS_RTOL * abs(b) for a, b in zip(got, reference)), (got, reference)
+
+
+@FULL
+def test_seed_case_from_the_native_source_resumes_as_from_its_conversion(mount_resume) -> None:
+    """The seed case mounted from the ZeRO-3 run's native save (no ds_to_universal): the engine after the load, the
+    losses of 3 more steps and the state after them equal those of the mount of its conversion, which
+    test_zero3_autotp_partitions_equal_independent_slices checks against slices of the UCP."""
+    from_conversion = mount_resume(*BARE_CASE)
+    from_native = mount_resume(*BARE_CASE, "native")
+    tp, dp = BARE_CASE[1], BARE_CASE[2]
+    for rank in range(tp * dp):
+        for name in (f"rank_{rank}.pt", f"after_rank_{rank}.pt"):
+            assert_same_snapshot(load(from_native / name), load(from_conversion / name),
+                                 f"{name}: native mount vs the mount of its conversion")
+        assert losses(from_native, rank) == losses(from_conversion, rank), rank
 
 
 @FULL

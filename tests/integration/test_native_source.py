@@ -1,11 +1,10 @@
 """A native DeepSpeed checkpoint as the source: every file served from it must be the file served from DeepSpeed's own
 ds_to_universal conversion of it, byte for byte.
 
-Sources are native checkpoints real DeepSpeed 0.19.8 saved: examples/tiny/native (ZeRO-1, DP 2, with its committed
-conversion) and the native re-saves kept in the goldens (ZeRO-1/2 fp32 and bf16 at DP 4, BF16_Optimizer, ZeRO-3 at DP 1
-and 2), converted here by `python -m deepspeed.checkpoint.ds_to_universal` (a few seconds each, once per session).
-Resuming from the universal source is tested against DeepSpeed's load_universal elsewhere (test_resume_from_mount.py);
-equal bytes carry that over to the native source.
+Sources are native checkpoints real DeepSpeed 0.19.8 saved (native_sources.py: examples/tiny/native, the AutoTP
+Llama's, and the native re-saves kept in the goldens), each beside its ds_to_universal conversion (conftest's
+`converted`). Resuming from a native mount is compared with DeepSpeed's load_universal of the conversion in
+test_resume_from_mount.py (and the seed case in test_llama_resume.py).
 """
 
 from __future__ import annotations
@@ -23,60 +22,18 @@ from checkpoint_compare import assert_same_values, load
 from ds_reference import EXAMPLES, REFERENCE_TRAIN_STEPS, dump_target_states
 from fuse_mount import requires_fuse, served_while
 from goldens import llama_model
+from native_sources import COMMITTED_CONVERSIONS, GOLDENS, SOURCES
 from tiers import tiered
 
 sys.path.insert(0, str(EXAMPLES))
 import make_tiny_llama_checkpoint as llama  # noqa: E402
 
 REPO = EXAMPLES.parent
-GOLDENS = REPO / "tests" / "goldens"
-# id -> the native folder (holding `latest`).
-SOURCES = {
-    "tiny-z1-dp2": EXAMPLES / "tiny" / "native",
-    "z1-dp1-fp32": GOLDENS / "load_universal-tiny-z1-dp1-fp32" / "native_resaved",
-    "z1-dp4-fp32": GOLDENS / "load_universal-tiny-z1-dp4-fp32" / "native_resaved",
-    "z1-dp4-bf16": GOLDENS / "load_universal-tiny-z1-dp4-bf16" / "native_resaved",
-    "z2-dp4-fp32": GOLDENS / "load_universal-tiny-z2-dp4-fp32" / "native_resaved",
-    "z2-dp4-bf16": GOLDENS / "load_universal-tiny-z2-dp4-bf16" / "native_resaved",
-    "z3-dp1-fp32": GOLDENS / "load_universal-tiny_zero3-z3-dp1-fp32" / "native_resaved",
-    "z3-dp2-fp32": GOLDENS / "load_universal-tiny_zero3-z3-dp2-fp32" / "native_resaved",
-    # AutoTP at TP 2 (affine_map splits along dim 0 and 1, replicated norms), committed with its conversion.
-    "llama-tp2-z1": EXAMPLES / "tiny_llama_tp2" / "native",
-}
 DEFAULT_SOURCES = ("tiny-z1-dp2", "z2-dp4-bf16", "z3-dp2-fp32", "llama-tp2-z1")
-# Conversions committed beside their native folder (the others are converted here).
-COMMITTED_CONVERSIONS = {"tiny-z1-dp2": EXAMPLES / "tiny" / "universal",
-                         "llama-tp2-z1": EXAMPLES / "tiny_llama_tp2" / "universal"}
 # Flags a source needs whatever the target (the model config: AutoTP shard sizes at TP > 1).
 SOURCE_FLAGS = {"llama-tp2-z1": ["--model-config", EXAMPLES / "tiny_llama_tp2" / "config.json"]}
 # Targets: (ZeRO stage, DP, lp dtype).
 TARGETS = [(z, dp, lp) for z in (1, 2, 3) for dp in (1, 3, 4) for lp in ("fp32", "bf16")]
-CONVERT_TIMEOUT_S = 300
-
-
-@pytest.fixture(scope="session")
-def converted(tmp_path_factory: pytest.TempPathFactory):
-    """converted(id) -> the universal checkpoint ds_to_universal writes for SOURCES[id] (the folder with
-    latest_universal), converted once per session."""
-    done: dict[str, Path] = {}
-
-    def get(source_id: str) -> Path:
-        if source_id in COMMITTED_CONVERSIONS:
-            return COMMITTED_CONVERSIONS[source_id]
-        if source_id not in done:
-            native = SOURCES[source_id]
-            tag = (native / "latest").read_text().strip()
-            out = tmp_path_factory.mktemp(f"ucp-{source_id}")
-            argv = [sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder", native / tag,
-                    "--output_folder", out / f"{tag}_universal", "--num_extract_workers", "1",
-                    "--num_merge_workers", "1", "--inject_missing_state"]  # fmt: skip
-            run = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=CONVERT_TIMEOUT_S)
-            assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-            (out / "latest_universal").write_text(f"{tag}_universal")
-            done[source_id] = out
-        return done[source_id]
-
-    return get
 
 
 def materialize(reshardfs: Path, run_tool, source: Path, out: Path, stage: int, dp: int, lp: str,

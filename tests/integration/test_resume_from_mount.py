@@ -45,6 +45,13 @@ What is compared with what, and why:
 - test_round_trip_files_equal_the_native_save[<layout>_same_layout]: those runs' and every session source's
   universal checkpoint served at its own layout equals, file by file and value by value, what its
   engine.save_checkpoint wrote.
+- test_native_source_resumes_as_load_universal_of_its_conversion[<native case>]: the native checkpoint a run
+  saved (engine.save_checkpoint's folder, no ds_to_universal) mounted at a new layout: snapshot after the load,
+  losses and state after 3 steps equal DeepSpeed's load_universal of its ds_to_universal conversion (ZeRO-3
+  targets: the corrected one). Sources: examples/tiny/native (ZeRO-1 DP 2) and DeepSpeed's ZeRO-3 DP 2 re-save
+  kept in the goldens (against the resume from a mount of its session-made conversion) in the default tier; in
+  the full tier also the session runs' native saves, among them ZeRO-2 with round_robin_gradients,
+  BF16_Optimizer and DeepSpeedCPUAdam's int step.
 - test_zero3_load_universal_step_defect[<zero3 case>]: records what DeepSpeed's own ZeRO-3 load_universal does to
   step counting: after 3 more steps its sub-groups' state['step'] is 3 + 3 * (number of sub-groups), as one
   shared tensor is incremented once per sub-group per step, while the mount's engine says 6; group 1 keeps
@@ -68,6 +75,7 @@ from checkpoint_compare import assert_same_files, assert_same_snapshot, ucp_para
 from ds_reference import EXAMPLES, REFERENCE_TRAIN_STEPS
 from ds_resume import resume_from_native, to_universal, train_uninterrupted
 from fuse_mount import requires_fuse, served_while
+from native_sources import SOURCES as NATIVE_SOURCES
 from run_cache import RunCache
 from tiers import FULL, tiered
 
@@ -92,7 +100,8 @@ COMMITTED_SOURCES = {"zero1_dp2": UCP, "zero3_dp2": ZERO3_UCP}
 SESSION_SOURCES = {"zero1_dp4": (1, 4, False, ""), "zero2_dp4": (2, 4, False, ""), "zero3_dp4": (3, 4, False, ""),
                    "zero1_cpu_adam_dp2": (1, 2, False, "cpu_adam"),
                    "bf16_optimizer_dp2": (1, 2, True, "bf16_optimizer"),
-                   "zero2_frozen_dp2": (2, 2, False, "frozen"), "zero3_frozen_dp2": (3, 2, False, "frozen")}  # fmt: skip
+                   "zero2_frozen_dp2": (2, 2, False, "frozen"), "zero3_frozen_dp2": (3, 2, False, "frozen"),
+                   "zero2_round_robin_dp4": (2, 4, False, "round_robin")}  # fmt: skip
 
 # id: (source, target ZeRO stage, target DP, bf16 target, target variant)
 CASES = {
@@ -138,6 +147,28 @@ ZERO3_DEFECT_CASES = ["zero3_dp2_to_dp1", "zero3_dp2_to_dp4", "zero3_dp4_to_dp2"
 # The default tier's smoke set: one resume per target ZeRO stage, from the committed sources, against the
 # committed goldens of DeepSpeed's runs (one mount launch each). The rest, and every session source, is --full.
 DEFAULT_TIER = {"zero1_dp2_to_dp4", "zero1_to_zero2_fp32_to_bf16_dp2_to_dp4", "zero3_dp2_to_dp4"}
+# Native sources (issue 15): the folder engine.save_checkpoint wrote is mounted as it is, and the resume must equal
+# DeepSpeed's load_universal of its ds_to_universal conversion (ZeRO-3 targets: the corrected one, as above).
+# examples/tiny/native is the committed source of examples/tiny/universal; a session source's native save is what
+# its universal checkpoint was converted from. "z3-dp2-fp32" is DeepSpeed's ZeRO-3 re-save kept in the goldens
+# (native_sources.SOURCES), converted in the session: no golden can key on that conversion, so its reference is the
+# resume from a mount of the conversion, itself checked against corrected load_universal by the cases above.
+# id: (source, target ZeRO stage, DP, bf16, variant).
+COMMITTED_NATIVE = {"zero1_dp2": EXAMPLES / "tiny" / "native"}
+NATIVE_CASES = {
+    "native_zero1_dp2_to_dp4": ("zero1_dp2", 1, 4, False, ""),
+    "native_zero1_to_zero2_fp32_to_bf16_dp2_to_dp4": ("zero1_dp2", 2, 4, True, ""),
+    "native_zero3_resaved_dp2_to_dp4": ("z3-dp2-fp32", 3, 4, False, ""),
+    "native_zero1_dp4_to_dp2": ("zero1_dp4", 1, 2, False, ""),
+    "native_zero2_fp32_to_bf16_dp4_to_dp1": ("zero2_dp4", 2, 1, True, ""),
+    "native_zero3_dp4_to_dp2": ("zero3_dp4", 3, 2, False, ""),
+    "native_bf16_optimizer_dp2_to_dp4": ("bf16_optimizer_dp2", 1, 4, True, "bf16_optimizer"),
+    "native_zero1_int_step_cpu_adam_dp2_to_dp4": ("zero1_cpu_adam_dp2", 1, 4, False, "cpu_adam"),
+    "native_zero2_round_robin_dp4_to_dp2": ("zero2_round_robin_dp4", 2, 2, False, "round_robin"),
+}
+# One per ZeRO stage, from committed sources (one mount launch each; the ZeRO-3 one also mounts its conversion).
+NATIVE_DEFAULT_TIER = {"native_zero1_dp2_to_dp4", "native_zero1_to_zero2_fp32_to_bf16_dp2_to_dp4",
+                       "native_zero3_resaved_dp2_to_dp4"}
 # id: (ZeRO stage, DP, bf16, variant) of the original run and the target
 ROUND_TRIP = {"zero3_dp2_same_layout": (3, 2, False, ""),
               "bf16_optimizer_dp2_same_layout": (1, 2, True, "bf16_optimizer")}
@@ -207,6 +238,24 @@ def case_layout(original_run) -> Callable[[str], tuple[Path, int, int, bool, str
 
 
 
+@pytest.fixture(scope="session")
+def native_layout(original_run, converted) -> Callable[[str], tuple[Path, Path, int, int, bool, str]]:
+    """native_layout(case): (native source folder, its universal conversion, target stage, DP, bf16, variant)."""
+
+    def resolve(case: str) -> tuple[Path, Path, int, int, bool, str]:
+        source, stage, dp, bf16, variant = NATIVE_CASES[case]
+        if source in COMMITTED_NATIVE:
+            native, ucp = COMMITTED_NATIVE[source], COMMITTED_SOURCES[source]
+        elif source in NATIVE_SOURCES:
+            native, ucp = NATIVE_SOURCES[source], converted(source)
+        else:
+            run = original_run(*SESSION_SOURCES[source])
+            native, ucp = run / "native", run / "universal"
+        return native, ucp, stage, dp, bf16, variant
+
+    return resolve
+
+
 def assert_same_training(served_dir: Path, reference_dir: Path, dp: int, what: str) -> None:
     """Same per-rank and all-reduced losses of the TRAIN_STEPS steps, and the same state after them."""
     for rank in range(dp):
@@ -261,6 +310,26 @@ def test_zero3_training_matches_corrected_load_universal(layout: str, case_layou
         assert_same_snapshot(load(served_dir / f"rank_{rank}.pt"), load(reference_dir / f"rank_{rank}.pt"),
                              f"rank {rank}: mount vs corrected load_universal, after the load")  # fmt: skip
     assert_same_training(served_dir, reference_dir, dp, "corrected load_universal")
+
+
+@pytest.mark.parametrize("layout", tiered(NATIVE_CASES, NATIVE_DEFAULT_TIER))
+def test_native_source_resumes_as_load_universal_of_its_conversion(layout: str, native_layout, mount_resume,
+                                                                   load_universal_trained,
+                                                                   load_universal_corrected) -> None:
+    native, ucp, stage, dp, bf16, variant = native_layout(layout)
+    served_dir = mount_resume(native, stage, dp, bf16, variant)
+    if NATIVE_CASES[layout][0] in NATIVE_SOURCES:
+        reference_dir, what = mount_resume(ucp, stage, dp, bf16, variant), "the mount of its conversion"
+    elif stage == 3:
+        reference_dir, what = load_universal_corrected(ucp, stage, dp, bf16), "corrected load_universal of it"
+    else:
+        reference_dir, what = load_universal_trained(ucp, stage, dp, bf16, variant), "load_universal of it"
+    for rank in range(dp):
+        served = load(served_dir / f"rank_{rank}.pt")
+        assert served["global_steps"] == SOURCE_STEPS, served["global_steps"]
+        assert_same_snapshot(served, load(reference_dir / f"rank_{rank}.pt"),
+                             f"rank {rank}: native mount vs {what}, after the load")
+    assert_same_training(served_dir, reference_dir, dp, what)
 
 
 @FULL
