@@ -538,15 +538,14 @@ Status NativeReader::IndexZero12(const std::vector<ucp::GroupShapes>& shapes) {
       std::vector<std::vector<int64_t>> tp_shapes;
       std::vector<PendingParam> parts;
       for (int32_t tp = 0; tp < tp_; ++tp) {
-        const auto& group = shapes[static_cast<size_t>(tp)][g];
-        const auto shape = std::find_if(group.begin(), group.end(), [&](const auto& e) { return e.first == name; });
+        const std::vector<int64_t>* shape = ucp::FindShape(shapes[static_cast<size_t>(tp)][g], name);
         auto it = pending[static_cast<size_t>(tp)].find(name);
-        if (shape == group.end() || it == pending[static_cast<size_t>(tp)].end()) {
+        if (shape == nullptr || it == pending[static_cast<size_t>(tp)].end()) {
           return Unsupported(ckpt_.dir_ + ": TP rank " + std::to_string(tp) + " holds no " +
-                             (shape == group.end() ? "param_shapes entry" : "optimizer fragment") + " of '" + name +
+                             (shape == nullptr ? "param_shapes entry" : "optimizer fragment") + " of '" + name +
                              "', which TP rank 0's param_shapes lists");
         }
-        tp_shapes.push_back(shape->second);
+        tp_shapes.push_back(*shape);
         parts.push_back(std::move(it->second));
         pending[static_cast<size_t>(tp)].erase(it);
       }
@@ -661,13 +660,12 @@ Status NativeReader::IndexZero3(const std::vector<ucp::GroupShapes>& shapes) {
       std::vector<std::vector<int64_t>> tp_shapes;
       std::vector<PendingParam> parts;
       for (int32_t tp = 0; tp < tp_; ++tp) {
-        const auto& group = shapes[static_cast<size_t>(tp)][i];
-        const auto shape = std::find_if(group.begin(), group.end(), [&](const auto& e) { return e.first == name; });
-        if (shape == group.end()) {
+        const std::vector<int64_t>* shape = ucp::FindShape(shapes[static_cast<size_t>(tp)][i], name);
+        if (shape == nullptr) {
           return Corrupt(ckpt_.dir_ + ": TP rank " + std::to_string(tp) + "'s param_shapes lacks '" + name +
                          "', which TP rank 0's sub-group " + std::to_string(i) + " lists");
         }
-        tp_shapes.push_back(shape->second);
+        tp_shapes.push_back(*shape);
         parts.push_back(std::move(pending[static_cast<size_t>(tp)][i][name]));
       }
       // Without TP the converter writes ZeRO-3 states as bare flat tensors; with TP it merges the

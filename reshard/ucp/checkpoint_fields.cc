@@ -166,4 +166,9 @@ Result<GroupShapes> ParseParamShapes(const PickleTree& tree, NodeId value) {
   return out;
 }
 
+const std::vector<int64_t>* FindShape(const GroupShapes::value_type& group, const std::string& name) {
+  const auto it = std::find_if(group.begin(), group.end(), [&](const auto& entry) { return entry.first == name; });
+  return it == group.end() ? nullptr : &it->second;
+}
+
 }  // namespace reshard::ucp

@@ -60,5 +60,8 @@ Result<std::vector<ParamGroup>> ParseParamGroups(const format::PickleTree& tree,
 // tuples/lists of non-negative ints.
 using GroupShapes = std::vector<std::vector<std::pair<std::string, std::vector<int64_t>>>>;
 Result<GroupShapes> ParseParamShapes(const format::PickleTree& tree, format::NodeId value);
+// The shape one group of GroupShapes records for `name`, or nullptr (a linear search: groups are
+// walked in order when a checkpoint is opened, not per read). The pointer lives as long as `group`.
+const std::vector<int64_t>* FindShape(const GroupShapes::value_type& group, const std::string& name);
 
 }  // namespace reshard::ucp
