@@ -51,7 +51,10 @@ What is compared with what, and why:
   targets: the corrected one). Sources: examples/tiny/native (ZeRO-1 DP 2) and DeepSpeed's ZeRO-3 DP 2 re-save
   kept in the goldens (against the resume from a mount of its session-made conversion) in the default tier; in
   the full tier also the session runs' native saves, among them ZeRO-2 with round_robin_gradients,
-  BF16_Optimizer and DeepSpeedCPUAdam's int step.
+  BF16_Optimizer and DeepSpeedCPUAdam's int step. The round-robin case is compared with the mount of its
+  conversion: DeepSpeed's own load_universal misplaces round-robin parameters, which
+  test_round_robin_load_universal_defect records (and shows the mount is right: the checkpoint's weights, the
+  original run's losses).
 - test_zero3_load_universal_step_defect[<zero3 case>]: records what DeepSpeed's own ZeRO-3 load_universal does to
   step counting: after 3 more steps its sub-groups' state['step'] is 3 + 3 * (number of sub-groups), as one
   shared tensor is incremented once per sub-group per step, while the mount's engine says 6; group 1 keeps
@@ -63,6 +66,7 @@ What is compared with what, and why:
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -318,7 +322,8 @@ def test_native_source_resumes_as_load_universal_of_its_conversion(layout: str, 
                                                                    load_universal_corrected) -> None:
     native, ucp, stage, dp, bf16, variant = native_layout(layout)
     served_dir = mount_resume(native, stage, dp, bf16, variant)
-    if NATIVE_CASES[layout][0] in NATIVE_SOURCES:
+    if NATIVE_CASES[layout][0] in NATIVE_SOURCES or variant == "round_robin":
+        # round_robin: DeepSpeed's load_universal misplaces parameters (test_round_robin_load_universal_defect).
         reference_dir, what = mount_resume(ucp, stage, dp, bf16, variant), "the mount of its conversion"
     elif stage == 3:
         reference_dir, what = load_universal_corrected(ucp, stage, dp, bf16), "corrected load_universal of it"
@@ -330,6 +335,30 @@ def test_native_source_resumes_as_load_universal_of_its_conversion(layout: str, 
         assert_same_snapshot(served, load(reference_dir / f"rank_{rank}.pt"),
                              f"rank {rank}: native mount vs {what}, after the load")
     assert_same_training(served_dir, reference_dir, dp, what)
+
+
+@FULL
+def test_round_robin_load_universal_defect(native_layout, mount_resume, load_universal_trained) -> None:
+    """Records a DeepSpeed 0.19.8 defect and that the mount is free of it. With round_robin_gradients ZeRO-1/2 flatten
+    each group in round-robin order (_round_robin_reorder: fc1, head, fc2 at DP 2), but without alignment padding
+    link_hp_params maps every parameter at its offset in the model's order (fc1, fc2, head). load_universal writes
+    through that map, so fc2's values land in head's memory: its engine's fc2 and head weights are not the checkpoint's.
+    The mount serves the flat partitions in the order the engine really uses: every weight equals the checkpoint's,
+    and the losses of the next steps are those of the original DP 4 run (within float rounding of the other DP).
+    When the first assertion fails, upstream has fixed it: compare this case with load_universal again."""
+    native, ucp, stage, dp, bf16, variant = native_layout("native_zero2_round_robin_dp4_to_dp2")
+    served = load(mount_resume(native, stage, dp, bf16, variant) / "rank_0.pt")["module"]
+    reference_dir = load_universal_trained(ucp, stage, dp, bf16, variant)
+    reference = load(reference_dir / "rank_0.pt")["module"]
+    root = ucp / (ucp / "latest_universal").read_text().strip() / "zero"
+    saved = {name: load(root / name / "fp32.pt")["param"].view_as(served[name]) for name in ("fc2.weight", "head.weight")}
+    assert not any(torch.equal(reference[name], value) for name, value in saved.items()), (
+        "DeepSpeed's load_universal now places round-robin parameters right: compare the round_robin case with it")
+    for name, value in saved.items():
+        assert torch.equal(served[name], value), f"{name}: the mount's engine does not hold the checkpoint's values"
+    original = losses(ucp.parent, 0)["global_mean_losses"]
+    resumed = losses(mount_resume(native, stage, dp, bf16, variant), 0)["global_mean_losses"]
+    assert all(math.isclose(a, b, rel_tol=1e-6) for a, b in zip(resumed, original)), (resumed, original)
 
 
 @FULL
