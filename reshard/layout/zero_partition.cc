@@ -25,18 +25,6 @@ Status Overflow(std::string_view what, uint64_t a, uint64_t b) {
                     std::to_string(b) + ")");
 }
 
-// DeepSpeedZeroOptimizer._round_robin_reorder: stable buckets by position % dp_size, emitted in
-// bucket order. Only buckets that received a param exist there, which is the same as skipping
-// empty ones here.
-std::vector<size_t> RoundRobin(const std::vector<size_t>& order, uint32_t dp_size) {
-  std::vector<size_t> out;
-  out.reserve(order.size());
-  for (size_t bucket = 0; bucket < dp_size && bucket < order.size(); ++bucket) {
-    for (size_t i = bucket; i < order.size(); i += dp_size) out.push_back(order[i]);
-  }
-  return out;
-}
-
 // Appends the part of a param at flat [offset, offset + numel) that lies in the window
 // [start, end), if any. This is the overlap test of _init_lp_to_hp_mapping
 // ("start <= offset < end or offset < start < offset + numel") for numel > 0, followed by
@@ -49,6 +37,17 @@ void AppendOverlap(size_t param, uint64_t offset, uint64_t numel, uint64_t start
 }
 
 }  // namespace
+
+// Only buckets that received a param exist in _round_robin_reorder, which is the same as skipping
+// empty ones here.
+std::vector<size_t> RoundRobin(const std::vector<size_t>& order, uint32_t dp_size) {
+  std::vector<size_t> out;
+  out.reserve(order.size());
+  for (size_t bucket = 0; bucket < dp_size && bucket < order.size(); ++bucket) {
+    for (size_t i = bucket; i < order.size(); i += dp_size) out.push_back(order[i]);
+  }
+  return out;
+}
 
 uint64_t ParamAlignmentElems(bool enabled, uint64_t lp_itemsize) {
   if (!enabled) return 1;

@@ -131,6 +131,10 @@ struct Zero12Partition {
   bool recorded_matches_layout = true;
 };
 
+// DeepSpeedZeroOptimizer._round_robin_reorder of `order` (stable buckets by position % dp_size,
+// emitted in bucket order): the flat order of a ZeRO-1/2 group with round_robin_gradients.
+std::vector<size_t> RoundRobin(const std::vector<size_t>& order, uint32_t dp_size);
+
 // Computes rank `dp_rank`'s partition of one param group among `dp_size` ranks.
 // `params` are ALL params of the optimizer param group in client order (frozen and zero-element
 // ones are skipped as DeepSpeed skips them). O(params.size()).

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <tuple>
 #include <optional>
 #include <regex>
 #include <set>
@@ -129,6 +130,47 @@ Status AddFragment(PendingState& state, const StateTensor& flat, uint64_t start,
   return Status::Ok();
 }
 
+// One DP rank's flat partitions of one param group (fp32, exp_avg, exp_avg_sq) and its
+// param_slice_mappings entries (name, start, numel), in file order.
+struct RankGroup {
+  std::map<std::string, StateTensor> flats;
+  std::vector<std::tuple<std::string, uint64_t, uint64_t>> slices;
+};
+
+// True when the DP ranks' param_slice_mappings place the group's parameters in another order than
+// `shapes` (param_shapes, which lists them in the order of the flat buffer). DeepSpeed 0.19.8 saves
+// such mappings with round_robin_gradients: the buffer is flattened in round-robin order, but
+// link_hp_params, given no per-parameter offsets when no alignment padding is needed, maps every
+// parameter at its offset in the model's order. ds_to_universal follows those mappings and writes
+// misplaced parameters (fc2's values under head, ...); zero_to_fp32 walks param_shapes and gets
+// them right.
+bool MappingsDisagreeWithOrder(const std::vector<RankGroup>& ranks,
+                               const std::vector<std::pair<std::string, std::vector<int64_t>>>& shapes) {
+  std::map<std::string, uint64_t> first;  // name -> its lowest start in the whole group flat
+  uint64_t base = 0;
+  for (const RankGroup& r : ranks) {
+    for (const auto& [name, start, numel] : r.slices) {
+      if (numel > 0 && !first.count(name)) first[name] = base + start;
+    }
+    base += r.flats.at("fp32").numel();
+  }
+  std::set<std::string> listed;
+  for (const auto& entry : shapes) listed.insert(entry.first);
+  std::vector<std::pair<uint64_t, std::string>> by_start;
+  for (const auto& [name, start] : first) {
+    if (!listed.count(name)) return false;  // reported as a name param_shapes does not list
+    by_start.emplace_back(start, name);
+  }
+  std::sort(by_start.begin(), by_start.end());
+  size_t k = 0;
+  for (const auto& [name, shape] : shapes) {
+    if (!first.count(name)) continue;
+    if (k >= by_start.size() || by_start[k].second != name) return true;
+    ++k;
+  }
+  return false;
+}
+
 // Python's re.match: the pattern anchored at the start of the name only.
 bool ReMatch(const std::string& pattern, const std::string& name) {
   try {
@@ -208,6 +250,12 @@ class NativeReader {
   Status IndexZero12(const std::vector<ucp::GroupShapes>& shapes);
   Status IndexZero3(const std::vector<ucp::GroupShapes>& shapes);
   Status AddUnlisted(const std::set<std::string>& listed);
+  // Adds one TP rank's fragments of one param group (`ranks` by DP rank) to `pending`: through
+  // param_slice_mappings, or, where those disagree with param_shapes' order (DeepSpeed's
+  // round-robin defect, see MappingsDisagreeWithOrder), through param_shapes' order itself.
+  Status AddGroupFragments(const std::vector<RankGroup>& ranks,
+                           const std::vector<std::pair<std::string, std::vector<int64_t>>>& shapes,
+                           std::map<std::string, PendingParam>& pending) const;
   Result<MergeRule> Rule(const std::string& name) const;
   // The parameter `name` of param_shapes group `group` from its TP slices (`shapes` and `parts`
   // by TP rank), as the converter writes it.
@@ -456,6 +504,49 @@ Result<ParamEntry> NativeReader::Finish(const std::string& name, int32_t group,
   return e;
 }
 
+Status NativeReader::AddGroupFragments(const std::vector<RankGroup>& ranks,
+                                       const std::vector<std::pair<std::string, std::vector<int64_t>>>& shapes,
+                                       std::map<std::string, PendingParam>& pending) const {
+  if (!MappingsDisagreeWithOrder(ranks, shapes)) {
+    for (const RankGroup& r : ranks) {
+      for (const auto& [name, start, numel] : r.slices) {
+        for (const char* key : kStates) {
+          RS_RETURN_IF_ERROR(AddFragment(pending[name].states[key], r.flats.at(key), start, numel,
+                                         "fragment of '" + name + "' " + key));
+        }
+      }
+    }
+    return Status::Ok();
+  }
+  // The flat buffer in param_shapes order, without padding (the mappings are wrong only when no
+  // parameter needed alignment padding), cut at the DP ranks' partition boundaries.
+  uint64_t offset = 0;  // in the group's whole flat buffer
+  size_t rank = 0;
+  uint64_t rank_start = 0;
+  for (const auto& [name, shape] : shapes) {
+    const auto numel = ShapeNumel(shape);
+    if (!numel) return Corrupt(ckpt_.dir_ + ": param_shapes gives '" + name + "' too many elements");
+    for (uint64_t left = *numel; left > 0;) {
+      while (rank < ranks.size() && offset >= rank_start + ranks[rank].flats.at("fp32").numel()) {
+        rank_start += ranks[rank].flats.at("fp32").numel();
+        ++rank;
+      }
+      if (rank == ranks.size()) {
+        return Corrupt(ckpt_.dir_ + ": the round-robin flat partitions hold fewer elements than param_shapes needs "
+                       "(at '" + name + "')");
+      }
+      const uint64_t n = std::min(left, rank_start + ranks[rank].flats.at("fp32").numel() - offset);
+      for (const char* key : kStates) {
+        RS_RETURN_IF_ERROR(AddFragment(pending[name].states[key], ranks[rank].flats.at(key), offset - rank_start, n,
+                                       "round-robin fragment of '" + name + "' " + key));
+      }
+      offset += n;
+      left -= n;
+    }
+  }
+  return Status::Ok();
+}
+
 Status NativeReader::IndexZero12(const std::vector<ucp::GroupShapes>& shapes) {
   const size_t groups = shapes[0].size();
   std::vector<std::map<std::string, PendingParam>> pending(static_cast<size_t>(tp_));  // by TP rank
@@ -466,6 +557,7 @@ Status NativeReader::IndexZero12(const std::vector<ucp::GroupShapes>& shapes) {
                      std::to_string(shapes[static_cast<size_t>(tp)].size()) + " groups, TP rank 0's " +
                      std::to_string(groups));
     }
+    std::vector<std::vector<RankGroup>> ranks(groups, std::vector<RankGroup>(static_cast<size_t>(dp_)));
     for (int32_t dp = 0; dp < dp_; ++dp) {
       const TorchArchive& a = archives_[At(tp, dp)];
       const PickleTree& t = a.tree();
@@ -490,7 +582,7 @@ Status NativeReader::IndexZero12(const std::vector<ucp::GroupShapes>& shapes) {
           return Unsupported(a.path() + ": base_optimizer_state.state has no entry for " + where +
                              " (a group that never took an optimizer step)");
         }
-        std::map<std::string, StateTensor> flats;
+        std::map<std::string, StateTensor>& flats = ranks[g][static_cast<size_t>(dp)].flats;
         RS_ASSIGN_OR_RETURN(flats["fp32"],
                             FlatTensor(a, (*fp32)[g], "single_partition_of_fp32_groups[" + std::to_string(g) + "]"));
         for (const char* key : {"exp_avg", "exp_avg_sq"}) {
@@ -522,14 +614,13 @@ Status NativeReader::IndexZero12(const std::vector<ucp::GroupShapes>& shapes) {
             return Corrupt(a.path() + ": param_slice_mappings[" + std::to_string(g) + "] entry " +
                            DescribeNode(t, (*items)[i]) + " is not a name -> fragment_address(start, numel)");
           }
-          PendingParam& p = pending[static_cast<size_t>(tp)][std::string(*name)];
-          for (const char* key : kStates) {
-            RS_RETURN_IF_ERROR(AddFragment(p.states[key], flats[key], static_cast<uint64_t>(*start),
-                                           static_cast<uint64_t>(*numel),
-                                           "fragment of '" + std::string(*name) + "' " + key));
-          }
+          ranks[g][static_cast<size_t>(dp)].slices.emplace_back(std::string(*name), static_cast<uint64_t>(*start),
+                                                                 static_cast<uint64_t>(*numel));
         }
       }
+    }
+    for (size_t g = 0; g < groups; ++g) {
+      RS_RETURN_IF_ERROR(AddGroupFragments(ranks[g], shapes[static_cast<size_t>(tp)][g], pending[static_cast<size_t>(tp)]));
     }
   }
   std::set<std::string> listed;

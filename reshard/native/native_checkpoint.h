@@ -13,7 +13,11 @@
 // zip directory of each optimizer file (tensor records are stored uncompressed):
 //   ZeRO-1/2, BF16_Optimizer: `param_slice_mappings[g][name]` (start, numel) inside
 //     `single_partition_of_fp32_groups[g]` and `base_optimizer_state.state[g].exp_avg/_sq`, in DP
-//     rank order (ds_to_universal's extract_zero_shards + _merge_zero_shards); step.pt is the DP
+//     rank order (ds_to_universal's extract_zero_shards + _merge_zero_shards), except where the
+//     mappings disagree with param_shapes' order: DeepSpeed saves a round_robin_gradients group's
+//     mappings in the model's order but its flat partitions in round-robin order, and then the
+//     fragments are cut from the flat buffer in param_shapes order (the converter's output is
+//     wrong there; zero_to_fp32's and this are the engine's values); step.pt is the DP
 //     rank 0 file's `state[g].step` (the converter asserts the ranks agree; so does this);
 //     module entries without optimizer state (frozen params, buffers, tied aliases) become the
 //     unlisted fp32 entries the converter writes, when the module holds them in float32.

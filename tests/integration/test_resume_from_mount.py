@@ -55,6 +55,9 @@ What is compared with what, and why:
   conversion: DeepSpeed's own load_universal misplaces round-robin parameters, which
   test_round_robin_load_universal_defect records (and shows the mount is right: the checkpoint's weights, the
   original run's losses).
+- test_round_robin_native_source_is_read_in_its_flat_order: a round-robin run saved at DP 2, where DeepSpeed's own
+  param_slice_mappings (and so ds_to_universal) misplace parameters: the native mount's weights and universal view
+  are the engine's own, and its resume at DP 4 equals load_universal of that universal view.
 - test_zero3_load_universal_step_defect[<zero3 case>]: records what DeepSpeed's own ZeRO-3 load_universal does to
   step counting: after 3 more steps its sub-groups' state['step'] is 3 + 3 * (number of sub-groups), as one
   shared tensor is incremented once per sub-group per step, while the mount's engine says 6; group 1 keeps
@@ -67,6 +70,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -359,6 +363,55 @@ def test_round_robin_load_universal_defect(native_layout, mount_resume, load_uni
     original = losses(ucp.parent, 0)["global_mean_losses"]
     resumed = losses(mount_resume(native, stage, dp, bf16, variant), 0)["global_mean_losses"]
     assert all(math.isclose(a, b, rel_tol=1e-6) for a, b in zip(resumed, original)), (resumed, original)
+
+
+@FULL
+def test_round_robin_native_source_is_read_in_its_flat_order(reshardfs: Path, run_tool, original_run, mount_resume,
+                                                             load_universal_trained, tmp_path: Path) -> None:
+    """A ZeRO-2 round_robin_gradients run saved at DP 2, where the round-robin order (fc1, head, fc2) is not the
+    model's: DeepSpeed saves param_slice_mappings in the model's order (the defect above), and ds_to_universal, which
+    follows them, writes fc2's values under head and more. The native reader takes the flat partitions in
+    param_shapes' order instead: model.safetensors and the universal view hold the engine's own weights at the save,
+    and DeepSpeed's load_universal of that universal view at DP 4 (where the round-robin order is the model's, so its
+    map is right) resumes exactly as engine.load_checkpoint of the native mount at DP 4 does. Served at its own
+    layout, the native source gives back the files its engine saved."""
+    from safetensors.torch import load_file
+
+    run = original_run(2, 2, False, "round_robin")
+    engine = load(run / "rank_0.pt")["module"]  # ZeRO-2 keeps every parameter whole on every rank
+    converted = run / "universal" / (run / "universal" / "latest_universal").read_text().strip() / "zero"
+    misplaced = [n for n in engine if (converted / n).is_dir() and
+                 not torch.equal(load(converted / n / "fp32.pt")["param"].view_as(engine[n]), engine[n])]
+    assert "fc2.weight" in misplaced, f"ds_to_universal no longer misplaces round-robin parameters: {misplaced}"
+
+    config = tmp_path / "ds_config.json"
+    config.write_text(json.dumps(tiny.ds_config(2, 2, variant="round_robin")))
+    result = run_tool(reshardfs, "materialize", run / "native", tmp_path / "served", "--ds-config", config, "-q")
+    assert result.returncode == 0, result
+    tag = (run / "native" / "latest").read_text().strip()
+    assert len(assert_same_files(tmp_path / "served" / tag, run / "native" / tag)) == 3  # model states, 2 optimizer files
+
+    mnt, ucp = tmp_path / "mnt", tmp_path / "ucp"
+    mnt.mkdir()
+
+    def copy_out() -> None:
+        tag = (mnt / "latest").read_text()
+        weights = load_file(mnt / tag / "model.safetensors")
+        for name, value in engine.items():
+            assert torch.equal(weights[name].view_as(value), value), f"model.safetensors {name}"
+        root = (mnt / "latest_universal").read_text()
+        for name, value in engine.items():
+            assert torch.equal(load(mnt / root / "zero" / name / "fp32.pt")["param"].view_as(value), value), name
+        shutil.copytree(mnt / root, ucp / root)
+        (ucp / "latest_universal").write_text(root)
+
+    served_while([reshardfs, "mount", run / "native", mnt, "--dp", 4, "-f"], mnt, tmp_path / "mount.log", copy_out)
+    served_dir = mount_resume(run / "native", 2, 4, False, "round_robin")
+    reference_dir = load_universal_trained(ucp, 2, 4, False, "round_robin")
+    for rank in range(4):
+        assert_same_snapshot(load(served_dir / f"rank_{rank}.pt"), load(reference_dir / f"rank_{rank}.pt"),
+                             f"rank {rank}: native mount vs load_universal of its universal view")
+    assert_same_training(served_dir, reference_dir, 4, "load_universal of its universal view")
 
 
 @FULL
