@@ -222,6 +222,9 @@ class RunCursor {
 struct MergeRule {
   bool replicated = false;  // every rank holds the whole tensor: rank 0's is kept
   size_t dim = 0;           // else: the slices are concatenated along this dim
+  // A fused affine split: [sub-parameter][rank] block widths along `dim`; the full tensor is, per
+  // outer index, every rank's block of sub-parameter 0, then of sub-parameter 1, ...
+  std::vector<std::vector<int64_t>> sub_widths;
   ucp::ParamCategories categories;
   bool vocab = false;  // then the rows past original_vocab_size are stripped
 };
@@ -372,9 +375,9 @@ Result<MergeRule> NativeReader::Rule(const std::string& name) const {
   const auto split = std::find_if(info.affine_splits.begin(), info.affine_splits.end(),
                                   [&](const ucp::AffineSplit& s) { return ReMatch(s.pattern, name); });
   if (split != info.affine_splits.end()) {
-    if (!split->sub_param_sizes.empty()) return Unsupported(where + "is a fused layout of sub-parameters" + convert);
     rule.replicated = !split->partition_dim.has_value();
     rule.dim = static_cast<size_t>(split->partition_dim.value_or(0));
+    rule.sub_widths = split->sub_param_rank_widths;
   } else if (std::any_of(info.parameter_with_sub_params.begin(), info.parameter_with_sub_params.end(),
                          [&](const ucp::SubparamShape& sub) { return AnyMatch(sub.patterns, name); })) {
     return Unsupported(where + "is declared with sub-parameters" + convert);
@@ -441,10 +444,22 @@ Result<ParamEntry> NativeReader::Finish(const std::string& name, int32_t group,
     // Concatenation along `dim`: each of the `outer` blocks of the result is every rank's block in
     // rank order (one block when dim is 0; one per row for a row-parallel weight).
     const size_t d = rule.dim;
-    for (const std::vector<int64_t>& s : shapes) {
+    for (size_t t = 0; t < shapes.size(); ++t) {
+      const std::vector<int64_t>& s = shapes[t];
       bool same = s.size() == full.size() && d < s.size();
       for (size_t k = 0; same && k < s.size(); ++k) same = k == d || s[k] == full[k];
-      if (!same) return Corrupt(ckpt_.dir_ + ": the TP slices of '" + name + "' do not join along dim " + std::to_string(d));
+      int64_t fused = 0;
+      for (const std::vector<int64_t>& w : rule.sub_widths) {
+        if (w.size() != shapes.size()) {
+          return Corrupt(ckpt_.dir_ + ": the affine_map of '" + name + "' has " + std::to_string(w.size()) +
+                         " ranks' blocks, the folder " + std::to_string(shapes.size()) + " TP ranks");
+        }
+        fused += w[t];
+      }
+      if (!same || (!rule.sub_widths.empty() && fused != s[d])) {
+        return Corrupt(ckpt_.dir_ + ": the TP slices of '" + name + "' do not join along dim " + std::to_string(d) +
+                       (rule.sub_widths.empty() ? "" : " as its affine_map's sub-parameter blocks"));
+      }
     }
     uint64_t outer = 1, inner = 1;
     for (size_t k = 0; k < d; ++k) outer *= static_cast<uint64_t>(full[k]);
@@ -461,7 +476,13 @@ Result<ParamEntry> NativeReader::Finish(const std::string& name, int32_t group,
         cursors.emplace_back(part.states[key].pieces, itemsize);
       }
       for (uint64_t o = 0; o < outer; ++o) {
-        for (size_t t = 0; t < parts.size(); ++t) cursors[t].Take(static_cast<uint64_t>(shapes[t][d]) * inner, out.pieces);
+        if (rule.sub_widths.empty()) {
+          for (size_t t = 0; t < parts.size(); ++t) cursors[t].Take(static_cast<uint64_t>(shapes[t][d]) * inner, out.pieces);
+          continue;
+        }
+        for (const std::vector<int64_t>& widths : rule.sub_widths) {
+          for (size_t t = 0; t < parts.size(); ++t) cursors[t].Take(static_cast<uint64_t>(widths[t]) * inner, out.pieces);
+        }
       }
       for (const TensorPiece& p : out.pieces) out.numel += p.numel;
       merged.emplace(key, std::move(out));

@@ -246,16 +246,21 @@ Result<AffineSplit> ParseAffineSplit(const PickleTree& tree, const std::string& 
   }
   int64_t next = 0;
   std::vector<int64_t> sizes;
+  std::vector<std::vector<int64_t>> widths(num_sub);
   for (size_t j = 0; j < num_sub; ++j) {
     const int64_t begin = next;
     for (const auto& blocks : by_rank) {
       if (blocks[j].start != next) return not_plain("blocks that do not tile the split dim in rank order");
       next += blocks[j].width;
+      widths[j].push_back(blocks[j].width);
     }
     sizes.push_back(next - begin);
   }
   if (next != full[static_cast<size_t>(*split.partition_dim)]) return not_plain("blocks that do not cover the dim");
-  if (num_sub > 1) split.sub_param_sizes = std::move(sizes);
+  if (num_sub > 1) {
+    split.sub_param_sizes = std::move(sizes);
+    split.sub_param_rank_widths = std::move(widths);
+  }
   return split;
 }
 

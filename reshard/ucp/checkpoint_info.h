@@ -81,6 +81,9 @@ struct AffineSplit {
   // A fused layout's sub-parameter sizes along partition_dim, in order (they sum to its extent);
   // empty for a plain split.
   std::vector<int64_t> sub_param_sizes;
+  // With sub_param_sizes: each source rank's block of each sub-parameter along partition_dim,
+  // [sub-parameter][rank] (a rank's shard is its blocks of every sub-parameter, in order).
+  std::vector<std::vector<int64_t>> sub_param_rank_widths;
 };
 
 // The parsed universal_checkpoint_info of a checkpoint. Lists are empty when the key is absent.

@@ -37,9 +37,10 @@ weights and fp32 gradient accumulation at ZeRO-1, which DeepSpeed runs with its 
   here from the UCP's tensors (the split dim read from DeepSpeed's own AutoTP layers: the dim where the live
   parameter's ds_shape differs from the full shape), and the next two all-reduced losses match the source
   run's own continuation within 1e-4 (another layout sums in another order, so equality is not expected).
-- test_seed_case_from_the_native_source_resumes_as_from_its_conversion (full tier: the goldens keep no native
-  folder): the seed case mounted from tp1_zero3's native save, without ds_to_universal, resumes exactly as the
-  mount of its conversion does (state after the load, losses and state after 3 steps).
+- test_native_source_resumes_as_from_its_conversion[<case>] (full tier: the goldens keep no native folder): the
+  seed case mounted from tp1_zero3's native save and the Phi-3 case from phi3_tp2_zero1's, without
+  ds_to_universal, resume exactly as the mount of their conversion does (state after the load, losses and state
+  after 3 steps).
 - test_tp_restore_matches_load_universal[<case>]: the same comparison (state and 3 training steps) for
   reshardfs.restore(engine, UCP, model_config) in place of the mount (llama_resume mode "restore"): TP 2->1,
   TP 1->2 through the built-in AutoTP rules (ZeRO-1, and ZeRO-1->2 with bf16 weights), ZeRO-3 at TP 2 with
@@ -301,14 +302,21 @@ def test_zero3_autotp_partitions_equal_independent_slices(layout: str, mount_res
     assert all(abs(a - b) <= LOSS_RTOL * abs(b) for a, b in zip(got, reference)), (got, reference)
 
 
+# Cases mounted from the source's native save as well (no ds_to_universal): the seed case, and Phi-3's fused
+# qkv_proj / gate_up_proj, whose TP slices the native reader joins per sub-parameter.
+NATIVE_CASES = {"seed_zero3_without_tp_tp1_dp2_to_autotp_tp2_dp1": BARE_CASE,
+                "phi3_fused_zero1_tp2_dp1_to_tp2_dp2": CASES["phi3_fused_zero1_tp2_dp1_to_tp2_dp2"]}
+
+
 @FULL
-def test_seed_case_from_the_native_source_resumes_as_from_its_conversion(mount_resume) -> None:
-    """The seed case mounted from the ZeRO-3 run's native save (no ds_to_universal): the engine after the load, the
-    losses of 3 more steps and the state after them equal those of the mount of its conversion, which
-    test_zero3_autotp_partitions_equal_independent_slices checks against slices of the UCP."""
-    from_conversion = mount_resume(*BARE_CASE)
-    from_native = mount_resume(*BARE_CASE, "native")
-    tp, dp = BARE_CASE[1], BARE_CASE[2]
+@pytest.mark.parametrize("layout", list(NATIVE_CASES))
+def test_native_source_resumes_as_from_its_conversion(layout: str, mount_resume) -> None:
+    """Mounted from the run's native save, the engine after the load, the losses of 3 more steps and the state
+    after them equal those of the mount of its conversion (which test_zero3_autotp_partitions_equal_independent_slices
+    and test_tp_resume_matches_load_universal check against the UCP and DeepSpeed)."""
+    from_conversion = mount_resume(*NATIVE_CASES[layout])
+    from_native = mount_resume(*NATIVE_CASES[layout], "native")
+    tp, dp = NATIVE_CASES[layout][1], NATIVE_CASES[layout][2]
     for rank in range(tp * dp):
         for name in (f"rank_{rank}.pt", f"after_rank_{rank}.pt"):
             assert_same_snapshot(load(from_native / name), load(from_conversion / name),

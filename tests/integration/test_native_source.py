@@ -21,7 +21,7 @@ import torch
 from checkpoint_compare import assert_same_values, load
 from ds_reference import EXAMPLES, REFERENCE_TRAIN_STEPS, dump_target_states
 from fuse_mount import requires_fuse, served_while
-from goldens import llama_model
+from goldens import LLAMA_SOURCES, llama_model
 from native_sources import COMMITTED_CONVERSIONS, GOLDENS, SOURCES
 from tiers import tiered
 
@@ -240,8 +240,10 @@ def test_native_source_refusals_are_one_line(reshardfs, run_tool, tmp_path):
 
 
 # Llama-family native sources made live by examples/make_tiny_llama_checkpoint.py in the full tier (the goldens
-# keep only their conversions): ZeRO-1 and ZeRO-3 without TP, a tied head (Qwen2), frozen layers, AutoTP ZeRO-3 at TP 2.
-LLAMA_NATIVE = ("tp1_zero1", "tp1_zero3", "qwen2_tied_tp1_zero1", "llama_frozen_tp1_zero1", "tp2_zero3")
+# keep only their conversions): ZeRO-1 and ZeRO-3 without TP, a tied head (Qwen2), frozen layers, AutoTP ZeRO-3 at TP 2,
+# and Phi-3 at AutoTP TP 2, whose fused qkv_proj / gate_up_proj affine maps join per sub-parameter.
+LLAMA_NATIVE = ("tp1_zero1", "tp1_zero3", "qwen2_tied_tp1_zero1", "llama_frozen_tp1_zero1", "tp2_zero3",
+                "phi3_tp2_zero1")
 
 
 @requires_fuse
@@ -283,7 +285,7 @@ def test_llama_native_sources(source_id, references, reshardfs, run_tool, tmp_pa
             except AssertionError as e:
                 raise AssertionError(f"{rel}: {e}") from None
         tag = (mnt / "latest").read_text()
-        if source_id.startswith("tp2"):  # zero_to_fp32 does not merge TP slices: the conversion's are the reference
+        if LLAMA_SOURCES[source_id][0] > 1:  # zero_to_fp32 does not merge TP slices: the conversion's are the reference
             from safetensors.torch import load as load_bytes
 
             assert_weights_are_the_conversions(load_bytes((mnt / tag / "model.safetensors").read_bytes()), universal)

@@ -163,6 +163,9 @@ TEST_CASE("affine_map: plain splits and fused sub-parameter blocks", "[ucp]") {
   REQUIRE(fused.ok());
   CHECK(fused->affine_splits[0].partition_dim == 0);
   CHECK(fused->affine_splits[0].sub_param_sizes == std::vector<int64_t>{4, 4});
+  // Each rank's block of each sub-parameter: what the native reader joins the slices by.
+  CHECK(fused->affine_splits[0].sub_param_rank_widths == std::vector<std::vector<int64_t>>{{2, 2}, {2, 2}});
+  CHECK(plain->affine_splits[0].sub_param_rank_widths.empty());
   // Blocks that do not tile the dim rank after rank, sub-parameter after sub-parameter, are refused.
   for (const auto& starts : std::vector<std::vector<std::vector<int64_t>>>{{{0, 4}, {6, 2}}, {{0, 2}, {4, 6}},
                                                                            {{0, 4}, {2}}}) {
