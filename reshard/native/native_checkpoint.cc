@@ -225,6 +225,9 @@ struct MergeRule {
   // A fused affine split: [sub-parameter][rank] block widths along `dim`; the full tensor is, per
   // outer index, every rank's block of sub-parameter 0, then of sub-parameter 1, ...
   std::vector<std::vector<int64_t>> sub_widths;
+  // parameter_with_2_sub_params_cat_dim_0: each slice is torch.chunk(slice, 2, dim 0) of the two
+  // sub-parameters, i.e. sub_widths of ceil(rows / 2) and the rest, known once the shapes are.
+  bool two_sub_params = false;
   ucp::ParamCategories categories;
   bool vocab = false;  // then the rows past original_vocab_size are stripped
 };
@@ -388,7 +391,7 @@ Result<MergeRule> NativeReader::Rule(const std::string& name) const {
     if (tp_ > 1) return Unsupported(where + "is averaged over its TP slices" + convert);
     rule.replicated = true;
   } else if (AnyMatch(info.parameter_with_2_sub_params_cat_dim_0, name)) {
-    if (tp_ > 1) return Unsupported(where + "holds 2 sub-parameters cut along dim 0" + convert);
+    rule.two_sub_params = true;
     rule.categories.cat_dim = 0;
     rule.categories.param_n_sub_params = 2;
   } else {
@@ -437,6 +440,17 @@ Result<ParamEntry> NativeReader::Finish(const std::string& name, int32_t group,
   if (!bare) {
     RS_ASSIGN_OR_RETURN(rule, Rule(name));
     e.categories = rule.categories;
+  }
+  if (rule.two_sub_params && parts.size() > 1) {
+    rule.sub_widths.assign(2, {});
+    for (const std::vector<int64_t>& shape : shapes) {
+      if (shape.empty() || shape[0] < 2) {
+        return Corrupt(ckpt_.dir_ + ": '" + name + "' holds 2 sub-parameters along dim 0 but a TP slice has fewer "
+                       "than 2 rows");
+      }
+      rule.sub_widths[0].push_back((shape[0] + 1) / 2);
+      rule.sub_widths[1].push_back(shape[0] - (shape[0] + 1) / 2);
+    }
   }
   if (bare || rule.replicated || parts.size() == 1) {
     merged = std::move(parts[0].states);

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import filecmp
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +23,7 @@ from checkpoint_compare import assert_same_values, load
 from ds_reference import EXAMPLES, REFERENCE_TRAIN_STEPS, dump_target_states
 from fuse_mount import requires_fuse, served_while
 from goldens import LLAMA_SOURCES, llama_model
-from native_sources import COMMITTED_CONVERSIONS, GOLDENS, SOURCES
+from native_sources import COMMITTED_CONVERSIONS, GOLDENS, SOURCES, convert
 from tiers import tiered
 
 sys.path.insert(0, str(EXAMPLES))
@@ -237,6 +238,47 @@ def test_native_source_refusals_are_one_line(reshardfs, run_tool, tmp_path):
     assert missing.returncode != 0
     lines = missing.stderr.strip().splitlines()
     assert len(lines) == 1 and "no optimizer file for DP rank 2" in lines[0], missing
+
+
+@requires_fuse
+def test_two_sub_parameter_pattern_at_tp2_joins_as_the_converter(reshardfs, run_tool, tmp_path):
+    """Megatron's parameter_with_2_sub_params_cat_dim_0 at TP 2: the converter joins every rank's first
+    torch.chunk(slice, 2) and then every rank's second. The AutoTP Llama source is re-saved with that pattern for
+    its gate_proj weights and no affine_map (so the category patterns decide every parameter), converted by
+    ds_to_universal, and the native mount's universal view must equal the conversion value for value, the files
+    served at TP 1 byte for byte."""
+    native = tmp_path / "native"
+    shutil.copytree(SOURCES["llama-tp2-z1"], native)
+    tag = (native / "latest").read_text().strip()
+    for path in sorted((native / tag).glob("mp_rank_*_model_states.pt")):
+        model_states = load(path)
+        info = model_states["universal_checkpoint_info"]
+        del info["affine_map"]
+        info["parameter_with_2_sub_params_cat_dim_0"] = [r"^model\.layers\.\d+\.mlp\.gate_proj\.weight$"]
+        torch.save(model_states, path)
+    universal = convert(native, tmp_path / "ucp")
+    root = (universal / "latest_universal").read_text().strip()
+    gate = universal / root / "zero" / "model.layers.0.mlp.gate_proj.weight" / "fp32.pt"
+    assert load(gate)["param_n_sub_params"] == 2, "the conversion did not take the pattern"
+    expected = sorted(p.relative_to(universal / root) for p in (universal / root).rglob("*") if p.is_file())
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+
+    def compare() -> None:
+        for rel in expected:
+            try:
+                assert_same_values(load(mnt / root / rel), load(universal / root / rel))
+            except AssertionError as e:
+                raise AssertionError(f"{rel}: {e}") from None
+
+    flags = ["--model-config", EXAMPLES / "tiny_llama_tp2" / "config.json", "--padded-vocab", 128]
+    served_while([reshardfs, "mount", native, mnt, "--dp", 1, *flags, "-f"], mnt, tmp_path / "mount.log", compare)
+    for lp in ("fp32", "bf16"):
+        served = [materialize(reshardfs, run_tool, source, tmp_path / name / lp, 1, 2, lp, [*flags, "--tp", 1])
+                  for name, source in (("n", native), ("u", universal))]
+        assert served[0] == served[1], lp
+        for rel in served[0]:
+            assert filecmp.cmp(tmp_path / "n" / lp / rel, tmp_path / "u" / lp / rel, shallow=False), (lp, rel)
 
 
 # Llama-family native sources made live by examples/make_tiny_llama_checkpoint.py in the full tier (the goldens
