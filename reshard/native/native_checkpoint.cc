@@ -4,11 +4,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
-#include <tuple>
 #include <optional>
 #include <regex>
 #include <set>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
