@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "reshard/format/torch_tensor.h"
@@ -82,7 +83,7 @@ class Encoder {
       case NodeKind::kNone: return Json(nullptr);
       case NodeKind::kBool: return Json(n.b);
       case NodeKind::kInt: return Json(n.i);
-      case NodeKind::kBigInt: return Json{{"int", BigIntToDecimal(n.text)}};
+      case NodeKind::kBigInt: return BigInt(id, n.text);
       case NodeKind::kFloat:
         if (std::isnan(n.f)) return Json{{"float", "nan"}};
         if (std::isinf(n.f)) return Json{{"float", n.f > 0 ? "inf" : "-inf"}};
@@ -108,6 +109,16 @@ class Encoder {
       case NodeKind::kNewObj: return EncodeObject(id, n, depth);
     }
     return Internal("unknown node kind");
+  }
+
+  // Decimal is quadratic in the length: past kMaxDecimalBytes (Python too refuses str() of an int
+  // with more than 4300 digits) the bytes are printed as hex, and each shared int is converted
+  // once, not at every reference (a pickle of 600 bytes once took 6 s here by DUP-ing one).
+  Json BigInt(NodeId id, const std::string& le_bytes) {
+    if (le_bytes.size() > kMaxDecimalBytes) return Json{{"int_bytes", Hex(le_bytes)}};
+    auto [it, inserted] = decimals_.try_emplace(id);
+    if (inserted) it->second = BigIntToDecimal(le_bytes);
+    return Json{{"int", it->second}};
   }
 
   Result<Json> EncodeObject(NodeId id, const Node& n, uint32_t depth) {
@@ -141,6 +152,7 @@ class Encoder {
   std::vector<bool> on_path_;
   uint64_t emitted_ = 0;
   uint64_t spent_ = 0;  // estimated bytes of the JSON so far
+  std::unordered_map<NodeId, std::string> decimals_;  // BigInt's conversions, by node
   static constexpr uint64_t kBytesPerNode = 128;
 };
 

@@ -2,7 +2,8 @@
 //
 // Encoding (every node, recursively; shared nodes are expanded where they occur):
 //   None -> null, bool -> true/false, int (fits int64) -> number, str -> string, list -> array;
-//   {"int": "<decimal>"} for ints beyond int64; {"float": x} ("nan", "inf", "-inf" as strings);
+//   {"int": "<decimal>"} for ints beyond int64, {"int_bytes": "<hex>"} (little-endian two's
+//   complement, as pickled) for those longer than kMaxDecimalBytes; {"float": x} ("nan", "inf", "-inf" as strings);
 //   {"bytes": "<hex>"}, {"bytearray": "<hex>"}, {"tuple": [...]}, {"dict": [[k, v], ...]},
 //   {"set": [...]}, {"frozenset": [...]}, {"global": [module, name]},
 //   {"reduce": [callable, args]} / {"newobj": [cls, args(, kwargs)]}, plus "listitems",
@@ -18,6 +19,7 @@
 // Public header: C++17.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include <nlohmann/json.hpp>
@@ -26,6 +28,10 @@
 #include "reshard/format/pickle_value.h"
 
 namespace reshard::format {
+
+// The longest int printed in decimal: 1024 bytes, about 2,470 digits (the conversion is quadratic;
+// Python refuses str() past 4,300 digits).
+inline constexpr size_t kMaxDecimalBytes = 1024;
 
 struct TreeJsonLimits {
   uint32_t max_depth = 512;

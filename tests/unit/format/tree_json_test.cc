@@ -62,6 +62,20 @@ TEST_CASE("TreeToJson bounds depth, expansion and cycles", "[format]") {
     CHECK(json.status().message() ==
           "more than 8388608 bytes to print (shared values are printed at each reference)");
   }
+  SECTION("one shared long int, converted to decimal once; a longer one printed as hex") {
+    PickleTree t;
+    const NodeId big = t.AddLong(std::string(kMaxDecimalBytes, '\x7f'));
+    const NodeId list = t.AddList(std::vector<NodeId>(20000, big));
+    auto json = TreeToJson(t, list);  // one conversion, not 20000 quadratic ones
+    REQUIRE(json.ok());
+    CHECK((*json)[19999]["int"] == BigIntToDecimal(std::string(kMaxDecimalBytes, '\x7f')));
+    const NodeId longer = t.AddLong(std::string(kMaxDecimalBytes + 1, '\x01'));
+    auto hex = TreeToJson(t, longer);
+    REQUIRE(hex.ok());
+    std::string want = R"({"int_bytes":")";
+    for (size_t k = 0; k <= kMaxDecimalBytes; ++k) want += "01";
+    CHECK(hex->dump() == want + R"("})");
+  }
   SECTION("cycle") {
     PickleTree t;
     const NodeId list = t.AddList();
