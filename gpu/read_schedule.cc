@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstring>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -37,7 +38,12 @@ Status CheckDtypes(const plan::StoragePlan& s, const plan::Source& src) {
 Status SourceFileTable::Add(const std::vector<plan::Source>& sources) {
   for (const plan::Source& s : sources) {
     auto [it, inserted] = index_.emplace(s.path, static_cast<uint32_t>(files_.size()));
-    if (inserted) {
+    if (inserted && s.computed) {  // bytes held in memory: a file that is never opened
+      files_.emplace_back();
+      paths_.push_back(s.path);
+      sizes_.push_back(s.computed->size());
+      computed_.push_back(s.computed);
+    } else if (inserted) {
       UniqueFd fd(::open(s.path.c_str(), O_RDONLY | O_CLOEXEC));
       if (!fd.valid()) return ErrnoError("open " + s.path, errno);
       struct stat st {};
@@ -45,6 +51,7 @@ Status SourceFileTable::Add(const std::vector<plan::Source>& sources) {
       files_.push_back(std::move(fd));
       paths_.push_back(s.path);
       sizes_.push_back(static_cast<uint64_t>(st.st_size));
+      computed_.emplace_back();
     }
     const uint64_t size = sizes_[it->second];
     const std::optional<uint64_t> bytes = CheckedMul(s.numel, format::ItemSize(s.dtype));
@@ -58,6 +65,14 @@ Status SourceFileTable::Add(const std::vector<plan::Source>& sources) {
 }
 
 Status SourceFileTable::Read(uint32_t file, uint64_t offset, uint64_t length, uint8_t* out) const {
+  if (const std::shared_ptr<const std::string>& bytes = computed_[file]) {
+    if (offset > bytes->size() || length > bytes->size() - offset) {
+      return OutOfRange(paths_[file] + ": bytes [" + std::to_string(offset) + ", +" + std::to_string(length) +
+                        ") past its " + std::to_string(bytes->size()) + " computed bytes");
+    }
+    std::memcpy(out, bytes->data() + offset, length);
+    return Status();
+  }
   uint64_t done = 0;
   while (done < length) {
     const ssize_t n = ::pread(files_[file].get(), out + done, length - done, static_cast<off_t>(offset + done));

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -22,7 +23,8 @@
 namespace reshard::gpu {
 
 // Every distinct file of some sources, opened once (O_RDONLY | O_CLOEXEC) and checked to hold
-// them. Movable, not copyable.
+// them; a computed source (plan::Source::computed) is a file read from its bytes in memory.
+// Movable, not copyable.
 class SourceFileTable {
  public:
   // Errors: kIoError (open/fstat), kCorrupt (a source running past its file's end).
@@ -37,6 +39,7 @@ class SourceFileTable {
   std::vector<UniqueFd> files_;
   std::vector<std::string> paths_;
   std::vector<uint64_t> sizes_;
+  std::vector<std::shared_ptr<const std::string>> computed_;  // per file: its bytes when computed (not opened)
   std::map<std::string, uint32_t> index_;
 };
 

@@ -77,7 +77,7 @@ int Main(const Args& args) {
   const std::string path = args.dir + "/reshardfs_gpu_check.bin";
   const RemoveOnExit remove{path};
   if (!WriteSource(path, numel)) return Fail("cannot write " + path);
-  const std::vector<plan::Source> sources = {{path, 0, format::DType::kFloat32, numel}};
+  const std::vector<plan::Source> sources = {{path, 0, format::DType::kFloat32, numel, nullptr}};
 
   const uint64_t half = numel / 2 / kRowElems * kRowElems;
   std::vector<plan::StoragePlan> plans;

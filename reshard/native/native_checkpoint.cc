@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <cstring>
 #include <map>
+#include <memory>
 #include <optional>
 #include <regex>
 #include <set>
@@ -39,6 +41,9 @@ namespace {
 
 constexpr std::string_view kOptimSuffix = "_optim_states.pt";
 constexpr const char* kStates[] = {"fp32", "exp_avg", "exp_avg_sq"};
+// The most memory the averaged parameters' computed states may take (they are norms and biases:
+// a 70B Megatron model at TP 8 needs a few MiB).
+constexpr uint64_t kMaxComputedBytes = uint64_t{256} << 20;
 
 // "[bf16_]zero_pp_rank_<dp>_mp_rank_<tp>_optim_states.pt" -> (tp, dp).
 std::optional<std::pair<int32_t, int32_t>> ParseOptimName(std::string_view name) {
@@ -104,6 +109,7 @@ struct PendingState {
   format::DType dtype = format::DType::kFloat32;
   bool requires_grad = false;  // any rank's flat tensor's (torch.cat of the fragments keeps it)
   uint64_t numel = 0;
+  std::shared_ptr<const std::string> computed;  // the TP average, instead of pieces
 };
 
 struct PendingParam {
@@ -228,6 +234,8 @@ struct MergeRule {
   // parameter_with_2_sub_params_cat_dim_0: each slice is torch.chunk(slice, 2, dim 0) of the two
   // sub-parameters, i.e. sub_widths of ceil(rows / 2) and the rest, known once the shapes are.
   bool two_sub_params = false;
+  // parameter_to_average_patterns at TP > 1: the mean of the slices, computed (MeanOfSlices).
+  bool averaged = false;
   ucp::ParamCategories categories;
   bool vocab = false;  // then the rows past original_vocab_size are stripped
 };
@@ -266,7 +274,12 @@ class NativeReader {
   // The parameter `name` of param_shapes group `group` from its TP slices (`shapes` and `parts`
   // by TP rank), as the converter writes it.
   Result<ParamEntry> Finish(const std::string& name, int32_t group, const std::vector<std::vector<int64_t>>& shapes,
-                            std::vector<PendingParam> parts, bool bare) const;
+                            std::vector<PendingParam> parts, bool bare);
+  // The converter's `sum(slices) / len(slices)` of state `key` of `parts` (float32, equal shapes),
+  // in its order of operations, read from the optimizer files' mappings; counted against
+  // kMaxComputedBytes.
+  Result<std::shared_ptr<const std::string>> MeanOfSlices(const std::string& name, const char* key,
+                                                          const std::vector<PendingParam>& parts);
 
   // The optimizer_state_dict of the file at archives_ index `i` (At(tp, dp)).
   NodeId OptimRoot(size_t i) const {
@@ -280,6 +293,7 @@ class NativeReader {
   int32_t dp_ = 1;  // DP ranks of optimizer files
   std::vector<OptimFile> files_;        // by (TP, DP) rank: At(tp, dp)
   std::vector<TorchArchive> archives_;  // the same order; [0] moves into ckpt_.optimizer_state_ last
+  uint64_t computed_bytes_ = 0;         // held by averaged parameters' computed states so far
 };
 
 Status NativeReader::ListFiles() {
@@ -387,9 +401,9 @@ Result<MergeRule> NativeReader::Rule(const std::string& name) const {
   } else if (AnyMatch(info.tp_replicated_parameter_patterns, name)) {
     rule.replicated = true;
   } else if (AnyMatch(info.parameter_to_average_patterns, name)) {
-    // The converter averages the slices (a computed value); of one slice that is the slice.
-    if (tp_ > 1) return Unsupported(where + "is averaged over its TP slices" + convert);
-    rule.replicated = true;
+    // The converter averages the slices; of one slice that is the slice itself.
+    rule.averaged = tp_ > 1;
+    rule.replicated = !rule.averaged;
   } else if (AnyMatch(info.parameter_with_2_sub_params_cat_dim_0, name)) {
     rule.two_sub_params = true;
     rule.categories.cat_dim = 0;
@@ -408,9 +422,49 @@ Result<MergeRule> NativeReader::Rule(const std::string& name) const {
   return rule;
 }
 
+Result<std::shared_ptr<const std::string>> NativeReader::MeanOfSlices(const std::string& name, const char* key,
+                                                                      const std::vector<PendingParam>& parts) {
+  const std::string what = ckpt_.dir_ + ": '" + name + "' " + key;
+  const PendingState& first = parts[0].states.at(key);
+  if (first.dtype != format::DType::kFloat32) {
+    return Unsupported(what + " is averaged over its TP slices but stored in " +
+                       std::string(format::TorchName(first.dtype)) + "; reshardfs averages float32 states only");
+  }
+  const uint64_t nbytes = first.numel * sizeof(float);  // numel checked against param_shapes
+  if (nbytes > kMaxComputedBytes - computed_bytes_) {
+    return ResourceExhausted(what + ": the averaged parameters' states need more than " +
+                             std::to_string(kMaxComputedBytes >> 20) +
+                             " MiB in memory; convert this checkpoint with ds_to_universal");
+  }
+  computed_bytes_ += nbytes;
+  // The optimizer files stay mapped while the reader runs: the fragments are read from there.
+  std::map<std::string_view, const MappedFile*> files;
+  for (const TorchArchive& a : archives_) files.emplace(a.path(), &a.file());
+  std::vector<float> acc(first.numel, 0.0f), slice(first.numel);
+  for (const PendingParam& part : parts) {
+    uint8_t* out = reinterpret_cast<uint8_t*>(slice.data());
+    for (const TensorPiece& p : part.states.at(key).pieces) {
+      const auto file = files.find(p.path);
+      if (file == files.end() || !RangeFits(p.data_offset, p.numel * sizeof(float), file->second->size())) {
+        return Corrupt(what + ": a fragment lies outside " + p.path);
+      }
+      std::memcpy(out, file->second->data() + p.data_offset, p.numel * sizeof(float));
+      out += p.numel * sizeof(float);
+    }
+    // Python's sum() starts from 0 and adds the slices in rank order: 0 + s0 + s1 + ... (so -0.0
+    // becomes +0.0, as there).
+    for (uint64_t i = 0; i < first.numel; ++i) acc[i] += slice[i];
+  }
+  // torch divides a float32 tensor by the int len() in float32: a true division, not a
+  // multiplication by 1/n (they differ for n = 3).
+  const auto n = static_cast<float>(parts.size());
+  for (float& v : acc) v /= n;
+  return std::make_shared<const std::string>(reinterpret_cast<const char*>(acc.data()), nbytes);
+}
+
 Result<ParamEntry> NativeReader::Finish(const std::string& name, int32_t group,
                                         const std::vector<std::vector<int64_t>>& shapes,
-                                        std::vector<PendingParam> parts, bool bare) const {
+                                        std::vector<PendingParam> parts, bool bare) {
   ParamEntry e;
   e.name = name;
   e.dir = ckpt_.dir_;
@@ -452,7 +506,22 @@ Result<ParamEntry> NativeReader::Finish(const std::string& name, int32_t group,
       rule.sub_widths[1].push_back(shape[0] - (shape[0] + 1) / 2);
     }
   }
-  if (bare || rule.replicated || parts.size() == 1) {
+  if (rule.averaged && parts.size() > 1) {
+    for (size_t t = 1; t < shapes.size(); ++t) {
+      if (shapes[t] != shapes[0]) {
+        return Corrupt(ckpt_.dir_ + ": '" + name + "' is averaged over its TP slices, but TP ranks 0 and " +
+                       std::to_string(t) + " hold different shapes");
+      }
+    }
+    for (const char* key : kStates) {
+      PendingState out;
+      out.dtype = parts[0].states[key].dtype;
+      out.numel = parts[0].states[key].numel;
+      for (const PendingParam& part : parts) out.requires_grad = out.requires_grad || part.states.at(key).requires_grad;
+      RS_ASSIGN_OR_RETURN(out.computed, MeanOfSlices(name, key, parts));
+      merged.emplace(key, std::move(out));
+    }
+  } else if (bare || rule.replicated || parts.size() == 1) {
     merged = std::move(parts[0].states);
   } else {
     // Concatenation along `dim`: each of the `outer` blocks of the result is every rank's block in
@@ -506,6 +575,12 @@ Result<ParamEntry> NativeReader::Finish(const std::string& name, int32_t group,
     full[0] = std::min<int64_t>(*ckpt_.info_.original_vocab_size, full[0]);
     const uint64_t keep = *ShapeNumel(full);  // no more than the checked original
     for (auto& [key, state] : merged) {
+      if (state.computed) {
+        state.computed = std::make_shared<const std::string>(
+            state.computed->substr(0, std::min<uint64_t>(state.computed->size(), keep * format::ItemSize(state.dtype))));
+        state.numel = keep;
+        continue;
+      }
       uint64_t left = keep;
       std::vector<TensorPiece> kept;
       for (TensorPiece p : state.pieces) {
@@ -526,7 +601,11 @@ Result<ParamEntry> NativeReader::Finish(const std::string& name, int32_t group,
     t.requires_grad = s.requires_grad;
     t.shape = e.full_shape;
     t.nbytes = s.numel * format::ItemSize(s.dtype);
-    if (!s.pieces.empty()) {
+    if (s.computed) {
+      t.path = ckpt_.dir_ + ": '" + name + "' " + key + " (the mean of its " + std::to_string(parts.size()) +
+               " TP slices, computed in memory)";
+      t.computed = std::move(s.computed);
+    } else if (!s.pieces.empty()) {
       t.path = s.pieces.front().path;
       t.data_offset = s.pieces.front().data_offset;
     } else {

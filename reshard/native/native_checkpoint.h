@@ -30,7 +30,11 @@
 // every rank's block of the first sub-parameter, then of the next, ...) or the category's cat_dim
 // (row-parallel: dim 1; else dim 0; a row-parallel weight becomes one run per row and rank; 2
 // sub-parameters along dim 0: every rank's first torch.chunk, then every rank's second), or,
-// replicated, rank 0's; vocabulary rows past original_vocab_size are stripped. ZeRO-3 states are
+// replicated, rank 0's; or, averaged (parameter_to_average_patterns), the converter's
+// `sum(slices) / len(slices)` in its order of operations (float32 only): the one value not found
+// in the files, so it is computed here, at open, and held in memory (StateTensor::computed; at
+// most 256 MiB in all, else kResourceExhausted; these are norms and biases, a few MiB even for a
+// 70B model); vocabulary rows past original_vocab_size are stripped. ZeRO-3 states are
 // bare flat tensors without TP and merged dicts with it, as the converter writes them.
 // zero/optimizer_state.pt's keys are read in place from the DP 0 / TP 0 optimizer file's
 // `optimizer_state_dict` (UniversalCheckpoint::optimizer_state_root), and the model-states files
@@ -39,11 +43,10 @@
 // Refused, one line each (kUnsupported unless noted): pipeline-parallel checkpoints (`layer_*`
 // files, pp_degree > 1), MoE expert files (`layer_*_expert_*`, `expp_rank_*`), stage-0 checkpoints
 // (no optimizer files), ZeRO-3 `ds_zero_partition_groups`, sub-parameter patterns (without an
-// affine map), and at TP > 1 averaged patterns (the converter computes their mean: convert such
-// sources with ds_to_universal); kNotFound: a missing rank file (named); kCorrupt: ranks that
-// disagree about the layout (zero_stage, partition_count, group count, step, shapes that do not
-// join), fragments that do not tile a parameter, a truncated file (whatever TorchArchive::Open
-// refuses).
+// affine map), averaged states stored in another dtype than float32; kNotFound: a missing rank
+// file (named); kCorrupt: ranks that disagree about the layout (zero_stage, partition_count, group
+// count, step, shapes that do not join or, averaged, differ), fragments that do not tile a
+// parameter, a truncated file (whatever TorchArchive::Open refuses).
 //
 // Thread safety: a plain function; the result is immutable like any UniversalCheckpoint.
 // Public header: C++17.

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -22,10 +23,12 @@
 namespace reshard::plan {
 
 struct Source {
-  std::string path;          // the .pt file
-  uint64_t data_offset = 0;  // absolute byte offset of element 0
+  std::string path;          // the .pt file (computed: what the bytes were computed from, not a file)
+  uint64_t data_offset = 0;  // absolute byte offset of element 0 (computed: the offset in `computed`)
   format::DType dtype = format::DType::kFloat32;
   uint64_t numel = 0;
+  // Set: the source's bytes are held in memory (ucp::StateTensor::computed), not read from `path`.
+  std::shared_ptr<const std::string> computed;
 };
 
 struct Extent {

@@ -93,7 +93,7 @@ Result<NodeId> FileBuilder::ImportPersId(const format::TorchArchive& source, Nod
     storage.dtype = ref.dtype;
     storage.numel = numel;
     storage.conversion = Conversion::kCopy;
-    const uint32_t s = sources_.Intern(Source{source.path(), record.data_offset, ref.dtype, numel});
+    const uint32_t s = sources_.Intern(Source{source.path(), record.data_offset, ref.dtype, numel, nullptr});
     if (numel > 0) AppendExtents(storage.extents, s, {view::Gather::Source(0, numel)});
     it->second = NewStorage(std::move(storage));
   }

@@ -55,7 +55,7 @@ Result<ExtentList> ContiguousTensor(const format::TorchArchive& archive, NodeId 
   ExtentList extents;
   if (located->numel() > 0) {
     const uint32_t source =
-        sources.Intern(Source{located->path, located->data_offset, located->dtype, located->numel()});
+        sources.Intern(Source{located->path, located->data_offset, located->dtype, located->numel(), nullptr});
     AppendExtents(extents, source, {view::Gather::Source(0, located->numel())});
   }
   *out = *tensor;

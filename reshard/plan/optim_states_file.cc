@@ -73,7 +73,7 @@ Result<NodeId> Step(FileBuilder& b, const ucp::UniversalCheckpoint& ckpt, const 
     if (!step.is_tensor) return b.tree().AddInt(step.int_value);
     const ucp::StateTensor& t = step.tensor;
     ExtentList extents;
-    AppendExtents(extents, b.sources().Intern(Source{t.path, t.data_offset, t.dtype, 1}), {view::Gather::Source(0, 1)});
+    AppendExtents(extents, b.sources().Intern(Source{t.path, t.data_offset, t.dtype, 1, nullptr}), {view::Gather::Source(0, 1)});
     return b.AddTensor(t.dtype, {}, std::move(extents), Conversion::kCopy);
   }
   const format::TorchArchive& optim = OptimizerState(ckpt);
@@ -96,7 +96,7 @@ Result<NodeId> Step(FileBuilder& b, const ucp::UniversalCheckpoint& ckpt, const 
       const uint32_t source = b.sources().Intern(
           Source{optim.path(), record.data_offset + static_cast<uint64_t>(tensor->storage_offset) *
                                                         format::ItemSize(tensor->dtype),
-                 tensor->dtype, 1});
+                 tensor->dtype, 1, nullptr});
       if (tensor->numel() != 1) return Corrupt(optim.path() + ": a step tensor with " + std::to_string(tensor->numel()) + " elements");
       ExtentList extents;
       AppendExtents(extents, source, {view::Gather::Source(0, 1)});

@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <unordered_map>
 
 #include "reshard/base/checked_math.h"
@@ -17,15 +18,19 @@ Result<SourceFiles> SourceFiles::Open(const std::vector<Source>& sources, size_t
   std::vector<Entry> entries;
   entries.reserve(sources.size());
   for (const Source& s : sources) {
+    if (s.computed) {
+      entries.push_back(Entry{kComputed, s.data_offset, format::ItemSize(s.dtype), s.numel, s.computed});
+      continue;
+    }
     const auto [it, inserted] = numbers.try_emplace(s.path, static_cast<uint32_t>(paths.size()));
     if (inserted) paths.push_back(s.path);
-    entries.push_back(Entry{it->second, s.data_offset, format::ItemSize(s.dtype), s.numel});
+    entries.push_back(Entry{it->second, s.data_offset, format::ItemSize(s.dtype), s.numel, nullptr});
   }
   RS_ASSIGN_OR_RETURN(FdCache files,
                       FdCache::Create(std::move(paths), max_open_files ? max_open_files : FdCache::DefaultCapacity()));
   for (size_t k = 0; k < sources.size(); ++k) {
     const Source& s = sources[k];
-    const uint64_t file_size = files.identity(entries[k].file).size;
+    const uint64_t file_size = s.computed ? s.computed->size() : files.identity(entries[k].file).size;
     const std::optional<uint64_t> bytes = CheckedMul(s.numel, entries[k].itemsize);
     if (!bytes || !RangeFits(s.data_offset, *bytes, file_size)) {
       return Corrupt(s.path + ": holds " + std::to_string(file_size) + " bytes, a tensor at offset " +
@@ -40,8 +45,13 @@ Status SourceFiles::ReadElements(uint32_t source, uint64_t first, uint64_t count
   if (source >= entries_.size()) return OutOfRange("no source " + std::to_string(source));
   const Entry& e = entries_[source];
   if (first > e.numel || count > e.numel - first) {
-    return OutOfRange(files_.path(e.file) + ": elements [" + std::to_string(first) + ", +" + std::to_string(count) +
-                      ") past the tensor's " + std::to_string(e.numel));
+    return OutOfRange((e.computed ? "computed source " + std::to_string(source) : files_.path(e.file)) +
+                      ": elements [" + std::to_string(first) + ", +" + std::to_string(count) + ") past the tensor's " +
+                      std::to_string(e.numel));
+  }
+  if (e.computed) {  // in range: checked against the bytes at Open
+    std::memcpy(out, e.computed->data() + e.data_offset + first * e.itemsize, count * e.itemsize);
+    return Status::Ok();
   }
   RS_ASSIGN_OR_RETURN(const FdCache::Lease lease, files_.Acquire(e.file));
   uint64_t offset = e.data_offset + first * e.itemsize;  // in range: checked against the file at Open
@@ -68,7 +78,7 @@ Status SourceFiles::CheckUnchanged(const std::vector<uint32_t>& sources) const {
   for (const uint32_t source : sources) {
     if (source >= entries_.size()) return OutOfRange("no source " + std::to_string(source));
     const uint32_t file = entries_[source].file;
-    if (file == last_file) continue;
+    if (file == last_file || file == kComputed) continue;  // computed bytes cannot change
     last_file = file;
     RS_RETURN_IF_ERROR(files_.CheckUnchanged(file));
   }

@@ -1,4 +1,5 @@
-// SourceFiles: the universal checkpoint's files a plan reads, read with pread.
+// SourceFiles: the universal checkpoint's files a plan reads, read with pread (and the computed
+// sources a plan holds in memory, copied from there).
 //
 // Tensor bytes are read with pread(2), never through a mapping: a source file truncated while
 // served then fails one read with an error (EIO at the FUSE boundary) instead of killing the
@@ -19,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -54,11 +56,14 @@ class SourceFiles {
   Status CheckUnchanged(const std::vector<uint32_t>& sources) const;
 
  private:
+  static constexpr uint32_t kComputed = UINT32_MAX;  // Entry::file of a source held in memory
+
   struct Entry {
-    uint32_t file = 0;  // index into files_
+    uint32_t file = 0;  // index into files_, or kComputed
     uint64_t data_offset = 0;
     uint32_t itemsize = 0;
     uint64_t numel = 0;
+    std::shared_ptr<const std::string> computed;  // the bytes of a computed source (Source::computed)
   };
 
   SourceFiles(FdCache files, std::vector<Entry> entries) : files_(std::move(files)), entries_(std::move(entries)) {}

@@ -39,14 +39,15 @@ Status AppendStateExtents(ExtentList& out, SourceTable& sources, const ucp::Stat
     }
   }
   if (tensor.pieces.empty()) {
-    AppendExtents(out, sources.Intern(Source{tensor.path, tensor.data_offset, tensor.dtype, numel}), gathers);
+    AppendExtents(out, sources.Intern(Source{tensor.path, tensor.data_offset, tensor.dtype, numel, tensor.computed}),
+                  gathers);
     return Status::Ok();
   }
   PieceIndex index;
   uint64_t at = 0;
   for (const ucp::TensorPiece& p : tensor.pieces) {
     index.starts.push_back(at);
-    index.sources.push_back(sources.Intern(Source{p.path, p.data_offset, tensor.dtype, p.numel}));
+    index.sources.push_back(sources.Intern(Source{p.path, p.data_offset, tensor.dtype, p.numel, nullptr}));
     at += p.numel;  // the reader checked that the pieces sum to numel
   }
   auto piece_end = [&](size_t i) { return i + 1 < index.starts.size() ? index.starts[i + 1] : at; };

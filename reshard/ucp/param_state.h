@@ -35,6 +35,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -56,10 +57,12 @@ struct TensorPiece {
 
 // One state tensor of a parameter, in C order: stored whole in one file (a universal
 // checkpoint's state file: `path`/`data_offset`), or, for a native source, the concatenation of
-// `pieces` (the parameter's fragments of the DP ranks' flat partitions, in rank order).
+// `pieces` (the parameter's fragments of the DP ranks' flat partitions, in rank order), or, for a
+// native source's TP-averaged parameter, `computed` bytes held in memory.
 struct StateTensor {
-  std::string path;          // the .pt file, as built from the path given to Open (native: the first piece's)
-  uint64_t data_offset = 0;  // absolute byte offset of element 0 in `path`
+  std::string path;          // the .pt file, as built from the path given to Open (native: the first piece's;
+                             // computed: a description of what it was computed from, not a file)
+  uint64_t data_offset = 0;  // absolute byte offset of element 0 in `path` (computed: in `computed`, 0)
   format::DType dtype = format::DType::kFloat32;
   std::vector<int64_t> shape;  // elements per dimension; contiguous (C order), checked
   uint64_t nbytes = 0;         // numel * itemsize, checked against the storage record
@@ -67,6 +70,10 @@ struct StateTensor {
   // Empty: the tensor is [data_offset, data_offset + nbytes) of `path`. Otherwise its elements
   // are these runs in order; their numel sum to numel() (checked by the reader that built them).
   std::vector<TensorPiece> pieces;
+  // Set: the tensor's nbytes bytes, computed when the source was opened (the mean of a native
+  // source's TP slices, as ds_to_universal computes it); `pieces` is then empty. Shared and
+  // immutable: every plan made from the tensor keeps it alive.
+  std::shared_ptr<const std::string> computed;
 
   uint64_t numel() const;  // product of `shape` (1 for a 0-d tensor); overflow ruled out when indexed
 };

@@ -83,7 +83,9 @@ void CheckTensor(const std::string& param, const std::string& key, const StateTe
   const std::string where = "parameter '" + param + "' " + key;
   const uint64_t itemsize = format::ItemSize(t.dtype);
   uint64_t non_finite = 0;
-  if (t.pieces.empty()) {
+  if (t.computed) {  // the mean of the TP slices, computed from their bytes when the source was opened
+    non_finite = CountNonFinite(t.dtype, reinterpret_cast<const uint8_t*>(t.computed->data()), t.numel());
+  } else if (t.pieces.empty()) {
     if (!CheckRun(where, t.path, t.data_offset, t.nbytes, t.dtype, buffer, non_finite, problems)) return;
   } else {
     for (const TensorPiece& p : t.pieces) {

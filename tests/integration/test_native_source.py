@@ -281,6 +281,92 @@ def test_two_sub_parameter_pattern_at_tp2_joins_as_the_converter(reshardfs, run_
             assert filecmp.cmp(tmp_path / "n" / lp / rel, tmp_path / "u" / lp / rel, shallow=False), (lp, rel)
 
 
+NORMS = r"^model\.(layers\.\d+\.(input|post_attention)_layernorm|norm)\.weight$"
+
+
+def averaged_source(native: Path, tp: int) -> Path:
+    """examples/tiny_llama_tp2/native re-saved as a Megatron-style source whose norms are averaged over its TP ranks
+    (parameter_to_average_patterns, no affine_map), at TP 2 or, with TP rank 1's files copied as rank 2, at TP 3. Every
+    TP rank but 0 gets its fp32 masters and Adam moments scaled by exp(N(0, 0.01)) elementwise (the replicated
+    embedding excepted: the converter checks that its slices agree), so the slices differ and their mean is neither
+    of them; every rank's first exp_avg element of model.norm.weight is set to -0.0, where
+    Python's sum(), which starts from 0, gives +0.0."""
+    shutil.copytree(SOURCES["llama-tp2-z1"], native)
+    tag = native / (native / "latest").read_text().strip()
+    if tp == 3:
+        shutil.copy(tag / "mp_rank_01_model_states.pt", tag / "mp_rank_02_model_states.pt")
+        shutil.copy(tag / "zero_pp_rank_0_mp_rank_01_optim_states.pt", tag / "zero_pp_rank_0_mp_rank_02_optim_states.pt")
+    for rank in range(tp):
+        path = tag / f"mp_rank_{rank:02d}_model_states.pt"
+        model_states = load(path)
+        model_states["mp_world_size"] = tp
+        model_states["checkpoint_parallel_dimensions"]["tp_degree"] = tp
+        info = model_states["universal_checkpoint_info"]
+        del info["affine_map"]
+        info["tp_replicated_parameter_patterns"] = [p for p in info["tp_replicated_parameter_patterns"] if "norm" not in p]
+        info["parameter_to_average_patterns"] = [NORMS]
+        torch.save(model_states, path)
+        path = tag / f"zero_pp_rank_0_mp_rank_{rank:02d}_optim_states.pt"
+        optim = load(path)
+        osd = optim["optimizer_state_dict"]
+        generator = torch.Generator().manual_seed(rank)
+        with torch.no_grad():
+            for g, flat in enumerate(osd["single_partition_of_fp32_groups"]):
+                moments = osd["base_optimizer_state"]["state"][g]
+                for name, fragment in osd["param_slice_mappings"][g].items():
+                    for tensor in (flat, moments["exp_avg"], moments["exp_avg_sq"]):
+                        if rank > 0 and name != "model.embed_tokens.weight":  # replicated: the converter checks it
+                            piece = tensor.narrow(0, fragment.start, fragment.numel)
+                            piece.mul_(torch.exp(0.01 * torch.randn(piece.shape, generator=generator)))
+                if "model.norm.weight" in osd["param_slice_mappings"][g]:
+                    moments["exp_avg"][osd["param_slice_mappings"][g]["model.norm.weight"].start] = -0.0
+        torch.save(optim, path)
+    return native
+
+
+@requires_fuse
+@pytest.mark.parametrize("tp", [2, 3])
+def test_averaged_patterns_at_tp_are_the_converters_mean(tp, reshardfs, run_tool, tmp_path):
+    """parameter_to_average_patterns at TP > 1: ds_to_universal writes sum(slices) / len(slices), a value no file
+    holds; the native mount computes it in the same order of operations (float32 division by 3 included, and the
+    +0.0 that sum() makes of -0.0). Its universal view must equal the conversion value for value, and at TP 2 (a real
+    layout) the files served at TP 1 byte for byte."""
+    native = averaged_source(tmp_path / "native", tp)
+    universal = convert(native, tmp_path / "ucp")
+    root = (universal / "latest_universal").read_text().strip()
+    norm = universal / root / "zero" / "model.norm.weight"
+    slices = [load(native / "global_step3" / f"zero_pp_rank_0_mp_rank_{r:02d}_optim_states.pt") for r in range(tp)]
+    first = slices[0]["optimizer_state_dict"]["param_slice_mappings"][1]["model.norm.weight"]
+    rank0 = slices[0]["optimizer_state_dict"]["single_partition_of_fp32_groups"][1].narrow(0, first.start, first.numel)
+    assert not torch.equal(load(norm / "fp32.pt")["param"], rank0), "the conversion did not average the norm"
+    assert str(load(norm / "exp_avg.pt")["param"][0].item()) == "0.0", "sum() of -0.0 slices is +0.0 there"
+    expected = sorted(p.relative_to(universal / root) for p in (universal / root).rglob("*") if p.is_file())
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+
+    def compare() -> None:
+        assert sorted(p.relative_to(mnt / root) for p in (mnt / root).rglob("*") if p.is_file()) == expected
+        for rel in expected:
+            try:
+                assert_same_values(load(mnt / root / rel), load(universal / root / rel))
+            except AssertionError as e:
+                raise AssertionError(f"{rel}: {e}") from None
+
+    flags = ["--model-config", EXAMPLES / "tiny_llama_tp2" / "config.json", "--padded-vocab", 128]
+    served_while([reshardfs, "mount", native, mnt, "--dp", 1, "--tp", 1, *flags, "-f"], mnt, tmp_path / "mount.log",
+                 compare)
+    verified = run_tool(reshardfs, "verify", native, "--tp", 1, *flags)
+    assert verified.returncode == 0, verified
+    if tp > 2:
+        return
+    for lp in ("fp32", "bf16"):
+        served = [materialize(reshardfs, run_tool, source, tmp_path / name / lp, 1, 2, lp, [*flags, "--tp", 1])
+                  for name, source in (("n", native), ("u", universal))]
+        assert served[0] == served[1], lp
+        for rel in served[0]:
+            assert filecmp.cmp(tmp_path / "n" / lp / rel, tmp_path / "u" / lp / rel, shallow=False), (lp, rel)
+
+
 # Llama-family native sources made live by examples/make_tiny_llama_checkpoint.py in the full tier (the goldens
 # keep only their conversions): ZeRO-1 and ZeRO-3 without TP, a tied head (Qwen2), frozen layers, AutoTP ZeRO-3 at TP 2,
 # and Phi-3 at AutoTP TP 2, whose fused qkv_proj / gate_up_proj affine maps join per sub-parameter.

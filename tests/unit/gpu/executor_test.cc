@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -57,7 +58,8 @@ class SourceFile {
   ~SourceFile() { ::unlink(path_.c_str()); }
 
   std::vector<Source> sources() const {
-    return {Source{path_, kOffsetA, format::DType::kFloat32, kA}, Source{path_, kOffsetB, format::DType::kFloat32, kB}};
+    return {Source{path_, kOffsetA, format::DType::kFloat32, kA, nullptr},
+            Source{path_, kOffsetB, format::DType::kFloat32, kB, nullptr}};
   }
   const std::string& path() const { return path_; }
   const std::vector<float>& a() const { return a_; }
@@ -151,6 +153,40 @@ TEST_CASE("executor rounds fp32 to bf16 and fp16 like dtype_convert", "[executor
   CHECK(got_bf16 == want_bf16);
   CHECK(got_fp16 == want_fp16);
   CHECK(got_bf16[4] == 0x7FC0);  // source element 7: NaN
+}
+
+TEST_CASE("executor reads a computed source from its bytes in memory, never from its path", "[executor]") {
+  // A native source's TP-averaged state: 4 bytes of lead-in, then 50 float32 values.
+  std::vector<float> values(50);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i) * 1.25f - 7.0f;
+  auto bytes = std::make_shared<std::string>(4, 'x');
+  bytes->append(reinterpret_cast<const char*>(values.data()), values.size() * 4);
+  const std::vector<Source> sources = {Source{"/nonexistent/mean of 2 TP slices", 4, format::DType::kFloat32, 50, bytes}};
+  ExtentList e;
+  plan::AppendExtents(e, 0, {Gather::Source(1, 3, 10, 5)});
+  const StoragePlan fp32 = plan::MakeStoragePlan("fp32", format::DType::kFloat32, Conversion::kCopy, e);
+  const StoragePlan bf16 = plan::MakeStoragePlan("bf16", format::DType::kBFloat16, Conversion::kFp32ToBf16, e);
+  std::vector<float> got(fp32.numel, -1.0f);
+  std::vector<uint16_t> got_bf16(bf16.numel);
+  ExecutorOptions options;
+  options.chunk_bytes = 128;
+  auto ex = Executor::Create(sources, {{&fp32, got.data()}, {&bf16, got_bf16.data()}}, options);
+  REQUIRE(ex.ok());
+  HostBackend backend;
+  REQUIRE(ex->Run(backend).ok());
+  std::vector<float> want;
+  for (uint64_t r = 0; r < 10; ++r) {
+    for (uint64_t k = 0; k < 3; ++k) want.push_back(values[1 + r * 5 + k]);
+  }
+  CHECK(SameBits(got, want));
+  std::vector<uint16_t> want_bf16(want.size());
+  view::Float32ToBFloat16(want.data(), want_bf16.data(), want.size());
+  CHECK(got_bf16 == want_bf16);
+
+  const std::vector<Source> past = {Source{"mean", 4, format::DType::kFloat32, 51, bytes}};
+  auto refused = Executor::Create(past, {{&fp32, got.data()}}, options);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().code() == StatusCode::kCorrupt);
 }
 
 TEST_CASE("executor refuses bad plans and reports short reads", "[executor]") {

@@ -7,9 +7,9 @@ namespace {
 
 TEST_CASE("SourceTable interns each file offset once", "[plan]") {
   SourceTable table;
-  const uint32_t a = table.Intern(Source{"a.pt", 64, format::DType::kFloat32, 10});
-  const uint32_t b = table.Intern(Source{"b.pt", 64, format::DType::kFloat32, 10});
-  CHECK(table.Intern(Source{"a.pt", 64, format::DType::kFloat32, 10}) == a);
+  const uint32_t a = table.Intern(Source{"a.pt", 64, format::DType::kFloat32, 10, nullptr});
+  const uint32_t b = table.Intern(Source{"b.pt", 64, format::DType::kFloat32, 10, nullptr});
+  CHECK(table.Intern(Source{"a.pt", 64, format::DType::kFloat32, 10, nullptr}) == a);
   CHECK(a != b);
   CHECK(table.sources().size() == 2);
 }

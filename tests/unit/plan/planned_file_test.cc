@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -47,7 +48,7 @@ TEST_CASE("a planned file reads the same bytes in any pieces, and the tensors ho
           "[plan][planned_file]") {
   SourceFile src;
   SourceTable sources;
-  const uint32_t s = sources.Intern(Source{src.path(), 16, format::DType::kFloat32, 24});
+  const uint32_t s = sources.Intern(Source{src.path(), 16, format::DType::kFloat32, 24, nullptr});
   FileBuilder b("tag/x.pt", sources);
   // Column slice [2, 5) of the 4x6 matrix (a row-parallel TP slice), then 3 zeros of padding.
   ExtentList strided;
@@ -117,7 +118,7 @@ TEST_CASE("a planned file reads the same bytes in any pieces, and the tensors ho
 TEST_CASE("a source file truncated after planning fails the read with the path", "[plan][planned_file]") {
   SourceFile src;
   SourceTable sources;
-  const uint32_t s = sources.Intern(Source{src.path(), 16, format::DType::kFloat32, 24});
+  const uint32_t s = sources.Intern(Source{src.path(), 16, format::DType::kFloat32, 24, nullptr});
   FileBuilder b("tag/y.pt", sources);
   ExtentList all;
   AppendExtents(all, s, {view::Gather::Source(0, 24)});
@@ -140,10 +141,29 @@ TEST_CASE("a source file truncated after planning fails the read with the path",
 
 TEST_CASE("SourceFiles refuses a file too short for its tensor at open", "[plan][planned_file]") {
   SourceFile src;
-  auto files = SourceFiles::Open({Source{src.path(), 16, format::DType::kFloat32, 25}});
+  auto files = SourceFiles::Open({Source{src.path(), 16, format::DType::kFloat32, 25, nullptr}});
   REQUIRE_FALSE(files.ok());
   CHECK(files.status().code() == StatusCode::kCorrupt);
   CHECK_THAT(files.status().message(), Catch::Contains("holds 112 bytes"));
+}
+
+TEST_CASE("SourceFiles reads a computed source from its bytes in memory, never from its path", "[plan][planned_file]") {
+  const std::vector<float> values = {1.5f, -0.0f, 3.25f, 1e-40f, -7.0f};
+  auto bytes = std::make_shared<std::string>(8, 'x');
+  bytes->append(reinterpret_cast<const char*>(values.data()), values.size() * 4);
+  auto files = SourceFiles::Open({Source{"/nonexistent/the mean of 2 TP slices", 8, format::DType::kFloat32, 5, bytes}});
+  REQUIRE(files.ok());
+  CHECK(files->num_files() == 0);
+  std::vector<float> got(3, 9.0f);
+  REQUIRE(files->ReadElements(0, 1, 3, reinterpret_cast<uint8_t*>(got.data())).ok());
+  CHECK(std::memcmp(got.data(), values.data() + 1, 12) == 0);
+  CHECK(files->CheckUnchanged({0}).ok());
+  auto past = files->ReadElements(0, 3, 3, reinterpret_cast<uint8_t*>(got.data()));
+  CHECK(past.code() == StatusCode::kOutOfRange);
+
+  auto short_bytes = SourceFiles::Open({Source{"mean", 8, format::DType::kFloat32, 6, bytes}});
+  REQUIRE_FALSE(short_bytes.ok());
+  CHECK(short_bytes.status().code() == StatusCode::kCorrupt);
 }
 
 TEST_CASE("FileBuilder numbers storages in pickling order", "[plan][file_builder]") {
