@@ -240,6 +240,29 @@ struct MergeRule {
   bool vocab = false;  // then the rows past original_vocab_size are stripped
 };
 
+// ZeRO-Infinity with offload_optimizer.device "nvme" keeps the fp32 partitions and Adam moments in
+// swap files outside the checkpoint; a save that holds empty tensors in their place lacks them.
+// Say that, rather than the fragment arithmetic that would fail on them.
+Status CheckNotSwappedOut(const TorchArchive& a) {
+  const PickleTree& t = a.tree();
+  const NodeId zero = format::DictLookup(t, format::DictLookup(t, t.root(), "ds_config"), "zero_optimization");
+  const auto device = format::AsStr(t, format::DictLookup(t, format::DictLookup(t, zero, "offload_optimizer"), "device"));
+  if (!device || *device != "nvme") return Status::Ok();
+  const NodeId osd = format::DictLookup(t, t.root(), "optimizer_state_dict");
+  for (const char* key : {"fp32_flat_groups", "single_partition_of_fp32_groups"}) {
+    const std::vector<NodeId>* flats = format::SequenceItems(t, format::DictLookup(t, osd, key));
+    if (flats == nullptr) continue;
+    for (const NodeId flat : *flats) {
+      const auto ref = format::MatchTensor(t, flat);
+      if (ref.ok() && *ref && (*ref)->numel() == 0) {
+        return Unsupported(a.path() + ": " + key + " holds an empty tensor and its ds_config offloads the optimizer "
+                           "to NVMe (offload_optimizer.device 'nvme'): the optimizer states are not in this folder");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 // Builds a ucp::UniversalCheckpoint from native files (a friend: it fills the same members
@@ -341,7 +364,7 @@ Status NativeReader::OpenOptimFiles() {
     if (format::DictItems(t, format::DictLookup(t, t.root(), "optimizer_state_dict")) == nullptr) {
       return Corrupt(archives_[d].path() + ": no optimizer_state_dict dict");
     }
-    return Status::Ok();
+    return CheckNotSwappedOut(archives_[d]);
   });
 }
 

@@ -43,7 +43,8 @@
 // Refused, one line each (kUnsupported unless noted): pipeline-parallel checkpoints (`layer_*`
 // files, pp_degree > 1), MoE expert files (`layer_*_expert_*`, `expp_rank_*`), stage-0 checkpoints
 // (no optimizer files), ZeRO-3 `ds_zero_partition_groups`, sub-parameter patterns (without an
-// affine map), averaged states stored in another dtype than float32; kNotFound: a missing rank
+// affine map), averaged states stored in another dtype than float32, optimizer states offloaded
+// to NVMe (offload_optimizer.device 'nvme' and an empty flat partition in their place); kNotFound: a missing rank
 // file (named); kCorrupt: ranks that disagree about the layout (zero_stage, partition_count, group
 // count, step, shapes that do not join or, averaged, differ), fragments that do not tile a
 // parameter, a truncated file (whatever TorchArchive::Open refuses).

@@ -239,6 +239,23 @@ def test_native_source_refusals_are_one_line(reshardfs, run_tool, tmp_path):
     lines = missing.stderr.strip().splitlines()
     assert len(lines) == 1 and "no optimizer file for DP rank 2" in lines[0], missing
 
+    # ZeRO-Infinity's NVMe offload keeps the fp32 partitions and moments in swap files: a save without them (empty
+    # tensors in their place) is refused as such, not as fragments past their partition.
+    swapped = tmp_path / "swapped"
+    shutil.copytree(SOURCES["z3-dp2-fp32"], swapped)
+    for path in sorted(swapped.glob("global_step3/*optim_states.pt")):
+        optim = load(path)
+        osd = optim["optimizer_state_dict"]
+        osd["fp32_flat_groups"] = [torch.empty(0) for _ in osd["fp32_flat_groups"]]
+        for state in osd["optimizer_state_dict"]["state"].values():
+            state["exp_avg"], state["exp_avg_sq"] = torch.empty(0), torch.empty(0)
+        optim["ds_config"]["zero_optimization"]["offload_optimizer"] = {"device": "nvme", "nvme_path": "/local_nvme"}
+        torch.save(optim, path)
+    refused = run_tool(reshardfs, "plan", swapped, "--dp", 2)
+    assert refused.returncode != 0
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1 and "offloads the optimizer to NVMe" in lines[0], refused
+
 
 @requires_fuse
 def test_two_sub_parameter_pattern_at_tp2_joins_as_the_converter(reshardfs, run_tool, tmp_path):
