@@ -82,6 +82,7 @@ std::string TinyNative() { return SourcePath("examples/tiny/native"); }
 std::string Zero3Native() {
   return SourcePath("tests/goldens/load_universal-tiny_zero3-z3-dp2-fp32/native_resaved");
 }
+std::string LlamaNative() { return SourcePath("examples/tiny_llama_tp2/native"); }
 
 Status PlanAndReadAll(const std::string& ucp, const nlohmann::ordered_json& ds_config,
                       const plan::TargetOverrides& overrides, const plan::ModelConfig& model, int64_t max_ranks) {

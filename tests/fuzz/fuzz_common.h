@@ -47,9 +47,11 @@ std::string SourcePath(const std::string& relative);
 std::string TinyUcp();
 std::string Zero3Ucp();
 std::string LlamaUcp();
-// Native checkpoints real DeepSpeed saved: ZeRO-1 at DP 2, ZeRO-3 at DP 2 (native/native_checkpoint.h).
+// Native checkpoints real DeepSpeed saved: ZeRO-1 at DP 2, ZeRO-3 at DP 2, AutoTP TP 2 ZeRO-1
+// (native/native_checkpoint.h).
 std::string TinyNative();
 std::string Zero3Native();
+std::string LlamaNative();
 
 // Opens `ucp`, resolves the target from `ds_config`, `overrides` and `model`, plans every file and reads every
 // byte of it, as `reshardfs materialize` does; returns the first error. Any crash, leak or sanitizer report on

@@ -22,6 +22,7 @@ CHECKPOINT_CASES = [
     REPO / "examples/tiny_llama_tp2/universal",
     REPO / "examples/tiny/native",
     REPO / "tests/goldens/load_universal-tiny_zero3-z3-dp2-fp32/native_resaved",
+    REPO / "examples/tiny_llama_tp2/native",
 ]
 # The parameter folders fuzz_param_state starts from, in the order of its first input byte (fuzz_param_state.cc).
 PARAM_FOLDERS = [
@@ -33,7 +34,6 @@ PARAM_FOLDERS = [
 ]
 # Every torch.save file the seeds come from: the checkpoints above, the native ones, the good and bad fixtures.
 TORCH_FILE_ROOTS = CHECKPOINT_CASES + [
-    REPO / "examples/tiny_llama_tp2/native",
     REPO / "tests/fixtures/ucp_bad",
     REPO / "tests/fixtures/ucp_edge",
 ]
