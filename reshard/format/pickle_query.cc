@@ -21,10 +21,10 @@ bool IsOrderedDictObject(const PickleTree& tree, const Node& n) {
   if (n.kind != NodeKind::kReduce || n.items.size() != 2) return false;
   if (!tree.IsGlobal(n.items[0], "collections", "OrderedDict")) return false;
   const Node* args = GetKind(tree, n.items[1], NodeKind::kTuple);
-  return args != nullptr && args->items.empty() && n.list_items.empty();
+  return args != nullptr && args->items.empty() && n.list_items().empty();
 }
 
-std::string GlobalName(const Node& g) { return g.text + "." + g.text2; }
+std::string GlobalName(const Node& g) { return g.text + "." + g.global_name(); }
 
 }  // namespace
 
@@ -34,7 +34,7 @@ const std::vector<NodeId>* DictItems(const PickleTree& tree, NodeId id) {
   const Node* n = Get(tree, id);
   if (n == nullptr) return nullptr;
   if (n->kind == NodeKind::kDict) return &n->items;
-  if (IsOrderedDictObject(tree, *n)) return &n->dict_items;
+  if (IsOrderedDictObject(tree, *n)) return &n->dict_items();
   return nullptr;
 }
 
@@ -154,7 +154,7 @@ std::optional<EnumMember> AsEnumMember(const PickleTree& tree, NodeId id, std::s
   const Node* n = GetKind(tree, id, NodeKind::kReduce);
   if (n == nullptr || n->items.size() != 2) return std::nullopt;
   // A member is immutable: anything SETITEMS/APPENDS/BUILD added means it is not one.
-  if (!n->list_items.empty() || !n->dict_items.empty() || n->state != kNoNode) return std::nullopt;
+  if (!n->list_items().empty() || !n->dict_items().empty() || n->state != kNoNode) return std::nullopt;
   const Node* args = GetKind(tree, n->items[1], NodeKind::kTuple);
   if (args == nullptr) return std::nullopt;
   // IntEnum pickled by value: cls(value), which Enum's metaclass turns into the member.
@@ -166,7 +166,7 @@ std::optional<EnumMember> AsEnumMember(const PickleTree& tree, NodeId id, std::s
   }
   // Enum.__reduce_ex__ on newer Pythons: (getattr, (cls, name)).
   const Node* fn = GetKind(tree, n->items[0], NodeKind::kGlobal);
-  if (fn == nullptr || !IsBuiltinsModule(fn->text) || fn->text2 != "getattr") return std::nullopt;
+  if (fn == nullptr || !IsBuiltinsModule(fn->text) || fn->global_name() != "getattr") return std::nullopt;
   if (args->items.size() != 2 || !tree.IsGlobal(args->items[0], module, name)) return std::nullopt;
   const auto member = AsStr(tree, args->items[1]);
   if (!member) return std::nullopt;
@@ -206,7 +206,7 @@ std::string DescribeNode(const PickleTree& tree, NodeId id) {
     case NodeKind::kNewObj:
     case NodeKind::kBuild: {
       if (IsOrderedDictObject(tree, *n)) {
-        return "OrderedDict of " + std::to_string(n->dict_items.size() / 2) + " entries";
+        return "OrderedDict of " + std::to_string(n->dict_items().size() / 2) + " entries";
       }
       const NodeId cls = ObjectClass(tree, id);
       if (cls == kNoNode) return std::string(NodeKindName(n->kind));

@@ -111,7 +111,7 @@ class Unpickler {
   Status PopInto(size_t count, NodeId* out);
   Result<std::vector<NodeId>> PopMark();
   Result<NodeId> ExtendTarget(NodeKind container_kind);
-  std::vector<NodeId>& Slots(NodeId target, NodeKind container_kind);
+  Result<std::vector<NodeId>*> Slots(NodeId target, NodeKind container_kind);
   Status PushMark();
   Status PopTopOrMark();
 
@@ -560,7 +560,7 @@ Status Unpickler::PushRecord(NodeKind kind, size_t operand_count) {
 Status Unpickler::PushGlobal() {
   RS_ASSIGN_OR_RETURN(const std::string_view module, ReadLine());
   RS_ASSIGN_OR_RETURN(const std::string_view name, ReadLine());
-  RS_RETURN_IF_ERROR(ChargePayload(module.size() + name.size()));
+  RS_RETURN_IF_ERROR(ChargePayload(module.size() + name.size() + sizeof(NodeExtras)));
   return Adopt(tree_.AddGlobal(std::string(module), std::string(name)), 1);
 }
 
@@ -574,7 +574,7 @@ Status Unpickler::PushStackGlobal() {
                                           std::string(NodeKindName(module.kind)) + " and " +
                                           std::string(NodeKindName(name.kind)));
   }
-  RS_RETURN_IF_ERROR(ChargePayload(module.text.size() + name.text.size()));
+  RS_RETURN_IF_ERROR(ChargePayload(module.text.size() + name.text.size() + sizeof(NodeExtras)));
   // Copy before AddGlobal: growing the arena invalidates `module` and `name`.
   std::string module_text = module.text;
   std::string name_text = name.text;
@@ -618,11 +618,15 @@ Result<NodeId> Unpickler::ExtendTarget(NodeKind container_kind) {
   return stack_.back();
 }
 
-// The vector an ExtendTarget result grows. The reference dies when the arena grows.
-std::vector<NodeId>& Unpickler::Slots(NodeId target, NodeKind container_kind) {
+// The vector an ExtendTarget result grows. The pointer dies when the arena grows. An object's
+// items live in its NodeExtras, allocated on its first APPEND or SETITEM and charged to the
+// payload budget like a GLOBAL's (so they too are bounded by the input's size).
+Result<std::vector<NodeId>*> Unpickler::Slots(NodeId target, NodeKind container_kind) {
   Node& node = tree_.mutable_node(target);
-  if (node.kind == container_kind) return node.items;
-  return container_kind == NodeKind::kList ? node.list_items : node.dict_items;
+  if (node.kind == container_kind) return &node.items;
+  if (!node.extras) RS_RETURN_IF_ERROR(ChargePayload(sizeof(NodeExtras)));
+  NodeExtras& extras = node.mutable_extras();
+  return container_kind == NodeKind::kList ? &extras.list_items : &extras.dict_items;
 }
 
 // APPEND (one item), APPENDS and ADDITEMS (the items above the top MARK).
@@ -636,8 +640,8 @@ Status Unpickler::Append(NodeKind container_kind, bool marked) {
   }
   RS_ASSIGN_OR_RETURN(const NodeId target, ExtendTarget(container_kind));
   for (const NodeId item : items) RS_RETURN_IF_ERROR(Extend(target, item));
-  std::vector<NodeId>& slots = Slots(target, container_kind);
-  slots.insert(slots.end(), items.begin(), items.end());
+  RS_ASSIGN_OR_RETURN(std::vector<NodeId>* const slots, Slots(target, container_kind));
+  slots->insert(slots->end(), items.begin(), items.end());
   return Status::Ok();
 }
 
@@ -646,7 +650,8 @@ Status Unpickler::Append(NodeKind container_kind, bool marked) {
 Status Unpickler::SetItem(NodeId target, NodeId key, NodeId value) {
   RS_RETURN_IF_ERROR(Extend(target, key));
   RS_RETURN_IF_ERROR(Extend(target, value));
-  std::vector<NodeId>& items = Slots(target, NodeKind::kDict);
+  RS_ASSIGN_OR_RETURN(std::vector<NodeId>* const slots, Slots(target, NodeKind::kDict));
+  std::vector<NodeId>& items = *slots;
   if (tree_.node(key).kind == NodeKind::kStr) {
     auto index_it = dict_keys_.find(target);
     if (index_it == dict_keys_.end()) {

@@ -70,11 +70,11 @@ struct PickleLimits {
   uint32_t max_depth = 512;
   // Nodes in the resulting tree (every pushed value, including intermediate ones).
   uint64_t max_nodes = uint64_t{1} << 24;
-  // Memory the node arena may take: the node limit is also the budget / (bytes per node, about
-  // 170). The budget is max_tree_bytes (128 MiB: some 800,000 nodes) or, for a larger pickle,
+  // Memory the node arena may take: the node limit is also the budget / (bytes per node, 84 on
+  // LP64). The budget is max_tree_bytes (128 MiB: some 1,600,000 nodes) or, for a larger pickle,
   // max_tree_bytes_per_input_byte times its length: a model-states file lists every parameter
-  // (about 26 nodes and 240 pickle bytes each, so 18 tree bytes per pickle byte), and one of
-  // 30,000 parameters needs more than 128 MiB. A pickle of 1-byte opcodes makes one node per
+  // (about 26 nodes and 240 pickle bytes each, so 9 tree bytes per pickle byte), and one of
+  // 62,000 parameters needs more than 128 MiB. A pickle of 1-byte opcodes makes one node per
   // byte; with this bound its tree costs at most 64 times its own size. The arena is reserved
   // up front for as many nodes as the input could make within the budget, so it never holds two
   // copies while growing, and a hostile pickle is refused before it costs more.
@@ -84,7 +84,9 @@ struct PickleLimits {
   uint32_t max_memo_entries = uint32_t{1} << 20;
   // Items on the value stack; also bounds the number of open MARKs.
   uint64_t max_stack = uint64_t{1} << 20;
-  // Sum of the lengths of all str, bytes, bytearray, big-int and GLOBAL name payloads, in bytes.
+  // Sum of the lengths of all str, bytes, bytearray, big-int and GLOBAL name payloads, in bytes,
+  // plus sizeof(NodeExtras) (pickle_value.h) for every GLOBAL and every object that APPEND(S) or
+  // SETITEM(S) extend.
   uint64_t max_payload_bytes = uint64_t{1} << 30;
 };
 

@@ -124,7 +124,7 @@ NodeId PickleTree::AddFrozenSet(std::vector<NodeId> items) {
 }
 NodeId PickleTree::AddGlobal(std::string module, std::string name) {
   Node n = TextNode(NodeKind::kGlobal, std::move(module));
-  n.text2 = std::move(name);
+  n.mutable_extras().name = std::move(name);
   return Add(std::move(n));
 }
 NodeId PickleTree::AddReduce(NodeId callable, NodeId args) {
@@ -161,7 +161,7 @@ void PickleTree::Append(NodeId container, NodeId item) { nodes_[container].items
 bool PickleTree::IsGlobal(NodeId id, std::string_view module, std::string_view name) const {
   if (!valid(id)) return false;
   const Node& n = nodes_[id];
-  return n.kind == NodeKind::kGlobal && n.text == module && n.text2 == name;
+  return n.kind == NodeKind::kGlobal && n.text == module && n.global_name() == name;
 }
 
 NodeId PickleTree::DictGet(NodeId dict, std::string_view key) const {

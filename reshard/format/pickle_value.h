@@ -16,6 +16,8 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -40,7 +42,7 @@ enum class NodeKind : uint8_t {
   kDict,       // items as k0, v0, k1, v1, ... in insertion order
   kSet,        // items
   kFrozenSet,  // items
-  kGlobal,     // text = module, text2 = name (GLOBAL or STACK_GLOBAL)
+  kGlobal,     // text = module, global_name() = name (GLOBAL or STACK_GLOBAL)
   kReduce,     // items = {callable, args}
   kNewObj,     // items = {cls, args} (NEWOBJ) or {cls, args, kwargs} (NEWOBJ_EX)
   kBuild,      // items = {object, state}: BUILD on a node that is not a kReduce/kNewObj
@@ -50,31 +52,70 @@ enum class NodeKind : uint8_t {
 // Returns "none", "bool", ..., "persid".
 std::string_view NodeKindName(NodeKind kind);
 
-struct Node {
-  NodeKind kind = NodeKind::kNone;
-  bool b = false;
-  int64_t i = 0;
-  double f = 0.0;
-  std::string text;   // str/bytes payload, big-int bytes, or the GLOBAL module
-  std::string text2;  // the GLOBAL name
-  std::vector<NodeId> items;
+// Fields only a few kinds use, kept out of Node so that the common node stays small (a model-states file of
+// 100,000 parameters parses to millions of nodes).
+struct NodeExtras {
+  std::string name;  // kGlobal: the GLOBAL name (Node::text holds the module)
   // Only for kReduce and kNewObj: what the pickle did to the object after creating it, in the
   // shape of Python's 5-tuple __reduce__ (listitems, dictitems, state). SETITEMS on an
   // OrderedDict() result lands in dict_items (k0, v0, k1, v1, ...), APPENDS on a list subclass
-  // in list_items, and BUILD's argument in `state`. They live on the object node itself, so
+  // in list_items, and BUILD's argument in Node::state. They live on the object node itself, so
   // every memo reference to the object sees them, as in Python. The writer re-emits them in
   // Python's order: object, [memo], APPENDS, SETITEMS, BUILD.
   std::vector<NodeId> list_items;
   std::vector<NodeId> dict_items;
-  NodeId state = UINT32_MAX;
+};
+
+// One value. 80 bytes on LP64: the kind's scalar, its text or its items, and the rare fields behind a pointer
+// that stays null for every node that does not need them. Copies copy the extras.
+struct Node {
+  NodeKind kind = NodeKind::kNone;
+  bool b = false;
+  NodeId state = kNoNode;  // kReduce/kNewObj: the first BUILD's argument (see NodeExtras)
+  union {
+    int64_t i = 0;  // kInt
+    double f;       // kFloat
+  };
+  std::string text;  // str/bytes payload, big-int bytes, or the GLOBAL module
+  std::vector<NodeId> items;
+  std::unique_ptr<NodeExtras> extras;  // null unless global_name, list_items or dict_items is set
+
+  Node() = default;
+  Node(Node&&) noexcept = default;
+  Node& operator=(Node&&) noexcept = default;
+  Node(const Node& o)
+      : kind(o.kind), b(o.b), state(o.state), text(o.text), items(o.items),
+        extras(o.extras ? std::make_unique<NodeExtras>(*o.extras) : nullptr) {
+    std::memcpy(&i, &o.i, sizeof(i));  // whichever of i and f is in use
+  }
+  Node& operator=(const Node& o) {
+    if (this != &o) *this = Node(o);
+    return *this;
+  }
+
+  // The rare fields; empty when unset.
+  const std::string& global_name() const { return extras ? extras->name : Empty().name; }
+  const std::vector<NodeId>& list_items() const { return extras ? extras->list_items : Empty().list_items; }
+  const std::vector<NodeId>& dict_items() const { return extras ? extras->dict_items : Empty().dict_items; }
+  // Set or grow them (allocates the extras on first use).
+  NodeExtras& mutable_extras() {
+    if (!extras) extras = std::make_unique<NodeExtras>();
+    return *extras;
+  }
+
+ private:
+  static const NodeExtras& Empty() {
+    static const NodeExtras empty;
+    return empty;
+  }
 };
 
 // Calls f(child) for every child of `n` in emission order: items, list_items, dict_items, state.
 template <typename F>
 void ForEachChild(const Node& n, F&& f) {
   for (NodeId c : n.items) f(c);
-  for (NodeId c : n.list_items) f(c);
-  for (NodeId c : n.dict_items) f(c);
+  for (NodeId c : n.list_items()) f(c);
+  for (NodeId c : n.dict_items()) f(c);
   if (n.state != kNoNode) f(n.state);
 }
 

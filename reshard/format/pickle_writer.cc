@@ -44,8 +44,8 @@ std::string ShapeError(const Node& node) {
     return "has " + std::to_string(node.items.size()) + " items";
   }
   if (node.kind == NodeKind::kDict && node.items.size() % 2 != 0) return "has an odd item count";
-  if (node.dict_items.size() % 2 != 0) return "has an odd dict_items count";
-  const bool has_extras = !node.list_items.empty() || !node.dict_items.empty() ||
+  if (node.dict_items().size() % 2 != 0) return "has an odd dict_items count";
+  const bool has_extras = !node.list_items().empty() || !node.dict_items().empty() ||
                           node.state != kNoNode;
   if (has_extras && !IsObject(node)) return "has list_items, dict_items or state";
   if (node.kind == NodeKind::kBigInt && node.text.empty()) return "has no bytes";
@@ -70,8 +70,8 @@ enum class Part : uint8_t { kItems, kListItems, kDictItems };
 const std::vector<NodeId>& Slots(const Node& node, Part part) {
   switch (part) {
     case Part::kItems: return node.items;
-    case Part::kListItems: return node.list_items;
-    case Part::kDictItems: return node.dict_items;
+    case Part::kListItems: return node.list_items();
+    case Part::kDictItems: return node.dict_items();
   }
   return node.items;
 }
@@ -241,7 +241,7 @@ Status Pickler::Visit(NodeId id, uint32_t depth) {
     case NodeKind::kFloat: WriteFloat(node.f); return Status::Ok();
     case NodeKind::kBigInt: RS_RETURN_IF_ERROR(WriteLong(node.text)); break;
     case NodeKind::kStr: RS_RETURN_IF_ERROR(WriteStr(node.text)); break;
-    case NodeKind::kGlobal: RS_RETURN_IF_ERROR(WriteGlobal(node.text, node.text2)); break;
+    case NodeKind::kGlobal: RS_RETURN_IF_ERROR(WriteGlobal(node.text, node.global_name())); break;
     case NodeKind::kBytes: RS_RETURN_IF_ERROR(WriteBytesValue(node.text)); break;
     case NodeKind::kByteArray: {
       RS_RETURN_IF_ERROR(WriteGlobal("__builtin__", "bytearray"));

@@ -55,15 +55,15 @@ Result<StorageRef> MatchStorage(const PickleTree& tree, NodeId persid) {
   StorageRef s;
   s.key = key->text;
   s.location = loc->text;
-  if (cls->text2 == "UntypedStorage" && (cls->text == "torch.storage" || cls->text == "torch")) {
+  if (cls->global_name() == "UntypedStorage" && (cls->text == "torch.storage" || cls->text == "torch")) {
     s.untyped = true;
     s.dtype = DType::kUInt8;
     s.nbytes = static_cast<uint64_t>(numel->i);
     return s;
   }
   std::optional<DType> dtype;
-  if (cls->text == "torch") dtype = DTypeFromStorageClass(cls->text2);
-  if (!dtype) return Unsupported("tensor rebuild: unknown storage class " + cls->text + "." + cls->text2);
+  if (cls->text == "torch") dtype = DTypeFromStorageClass(cls->global_name());
+  if (!dtype) return Unsupported("tensor rebuild: unknown storage class " + cls->text + "." + cls->global_name());
   s.dtype = *dtype;
   const auto nbytes = CheckedMul(static_cast<uint64_t>(numel->i), ItemSize(*dtype));
   if (!nbytes) return Bad("storage size overflows");
@@ -157,7 +157,7 @@ Result<std::optional<TensorRef>> MatchRebuildCall(const PickleTree& tree, NodeId
   if (v3) {
     const Node* dt = Get(tree, args->items[6], NodeKind::kGlobal);
     std::optional<DType> dtype;
-    if (dt != nullptr && dt->text == "torch") dtype = DTypeFromTorchName(dt->text2);
+    if (dt != nullptr && dt->text == "torch") dtype = DTypeFromTorchName(dt->global_name());
     if (!dtype) return Unsupported("tensor rebuild: _rebuild_tensor_v3 names an unknown dtype");
     t.dtype = *dtype;
   } else {

@@ -38,8 +38,8 @@ class Encoder {
       return ResourceExhausted("more than " + std::to_string(limits_.max_nodes) + " nodes to print");
     }
     const Node& n = tree_.node(id);
-    const uint64_t text = n.kind == NodeKind::kBytes || n.kind == NodeKind::kByteArray ? 2 * n.text.size()
-                                                                                        : n.text.size() + n.text2.size();
+    const bool hex = n.kind == NodeKind::kBytes || n.kind == NodeKind::kByteArray;
+    const uint64_t text = hex ? 2 * n.text.size() : n.text.size() + n.global_name().size();
     spent_ += kBytesPerNode + text;
     if (spent_ > limits_.max_bytes) {
       return ResourceExhausted("more than " + std::to_string(limits_.max_bytes) +
@@ -99,7 +99,7 @@ class Encoder {
       }
       case NodeKind::kSet: return Tagged("set", n.items, depth);
       case NodeKind::kFrozenSet: return Tagged("frozenset", n.items, depth);
-      case NodeKind::kGlobal: return Json{{"global", Json::array({n.text, n.text2})}};
+      case NodeKind::kGlobal: return Json{{"global", Json::array({n.text, n.global_name()})}};
       case NodeKind::kBuild: return Tagged("build", n.items, depth);
       case NodeKind::kPersId: {
         RS_ASSIGN_OR_RETURN(Json pid, Encode(n.items.at(0), depth + 1));
@@ -135,11 +135,11 @@ class Encoder {
       }
     }
     RS_ASSIGN_OR_RETURN(Json out, Tagged(n.kind == NodeKind::kReduce ? "reduce" : "newobj", n.items, depth));
-    if (!n.list_items.empty()) {
-      RS_ASSIGN_OR_RETURN(out["listitems"], Array(n.list_items, depth));
+    if (!n.list_items().empty()) {
+      RS_ASSIGN_OR_RETURN(out["listitems"], Array(n.list_items(), depth));
     }
-    if (!n.dict_items.empty()) {
-      RS_ASSIGN_OR_RETURN(out["dictitems"], Pairs(n.dict_items, depth));
+    if (!n.dict_items().empty()) {
+      RS_ASSIGN_OR_RETURN(out["dictitems"], Pairs(n.dict_items(), depth));
     }
     if (n.state != kNoNode) {
       RS_ASSIGN_OR_RETURN(out["state"], Encode(n.state, depth + 1));

@@ -49,12 +49,14 @@ Result<NodeId> FileBuilder::ImportNode(const format::TorchArchive& source, NodeI
   // itself) closes on the copy instead of recursing forever; children are filled in afterwards.
   Node shell = n;
   shell.items.clear();
-  shell.list_items.clear();
-  shell.dict_items.clear();
+  if (shell.extras) {  // keeps a global's name; the object's items are imported below
+    shell.extras->list_items.clear();
+    shell.extras->dict_items.clear();
+  }
   shell.state = format::kNoNode;
   format::PickleTree& out = plan_.tree;
   const NodeId copy = out.AddNone();  // becomes `shell`: same kind and scalar payload
-  out.mutable_node(copy) = shell;
+  out.mutable_node(copy) = std::move(shell);
   memo_[{&source, id}] = copy;
   auto copy_all = [&](const std::vector<NodeId>& from, std::vector<NodeId>& to) -> Status {
     for (NodeId child : from) {
@@ -65,16 +67,18 @@ Result<NodeId> FileBuilder::ImportNode(const format::TorchArchive& source, NodeI
   };
   std::vector<NodeId> items, list_items, dict_items;
   RS_RETURN_IF_ERROR(copy_all(n.items, items));
-  RS_RETURN_IF_ERROR(copy_all(n.list_items, list_items));
-  RS_RETURN_IF_ERROR(copy_all(n.dict_items, dict_items));
+  RS_RETURN_IF_ERROR(copy_all(n.list_items(), list_items));
+  RS_RETURN_IF_ERROR(copy_all(n.dict_items(), dict_items));
   NodeId state = format::kNoNode;
   if (n.state != format::kNoNode) {
     RS_ASSIGN_OR_RETURN(state, ImportNode(source, n.state, depth + 1));
   }
   Node& filled = out.mutable_node(copy);  // re-fetched: the arena may have grown
   filled.items = std::move(items);
-  filled.list_items = std::move(list_items);
-  filled.dict_items = std::move(dict_items);
+  if (!list_items.empty() || !dict_items.empty()) {
+    filled.mutable_extras().list_items = std::move(list_items);
+    filled.mutable_extras().dict_items = std::move(dict_items);
+  }
   filled.state = state;
   return copy;
 }

@@ -13,7 +13,7 @@ NodeId AddOrderedDict(format::PickleTree& tree, const std::vector<std::pair<Node
     flat.push_back(k);
     flat.push_back(v);
   }
-  tree.mutable_node(dict).dict_items = std::move(flat);
+  tree.mutable_node(dict).mutable_extras().dict_items = std::move(flat);
   return dict;
 }
 

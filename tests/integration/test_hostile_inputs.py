@@ -438,10 +438,10 @@ NESTING = 1_000_000
 
 INSPECT_CASES: dict[str, Hostile] = {
     "nested_lists": Hostile(
-        "1,000,000 nested EMPTY_LIST + APPEND: the millionth list is past the node arena's 128 MiB budget, so the "
-        "reader refuses the pushes before the depth limit sees the APPENDs",
+        "1,000,000 nested EMPTY_LIST + APPEND: the lists fit the node arena's 128 MiB budget (84 MB), and the "
+        "512th APPEND nests past the depth limit",
         written(lambda: archive(PROTO2 + b"]" * NESTING + b"a" * (NESTING - 1) + b".")),
-        refusal="EMPTY_LIST: node limit"),
+        refusal="APPEND: nesting depth 513 exceeds limit 512"),
     "nested_tuple1": Hostile(
         "EMPTY_TUPLE wrapped by 1,000,000 TUPLE1: refused at depth 513 as soon as it is reached",
         written(lambda: archive(PROTO2 + b")" + b"\x85" * NESTING + b".")),
@@ -468,13 +468,14 @@ INSPECT_CASES: dict[str, Hostile] = {
         written(lambda: archive(PROTO4 + b"N" + b"\x94" * ((1 << 20) + 1) + b".")),
         refusal="MEMOIZE: id 1048576: memo limit 1048576 exceeded"),
     "stack_flood": Hostile(
-        "2**20 + 1 NONE (a 1 MiB pickle): the node arena's 128 MiB budget refuses them (some 780,000 nodes) before "
-        "the stack limit would",
+        "2**20 + 1 NONE (a 1 MiB pickle): the stack limit refuses the last one (the node arena's 128 MiB budget "
+        "holds some 1,600,000 nodes)",
         written(lambda: archive(PROTO2 + b"N" * ((1 << 20) + 1) + b".")),
-        refusal="NONE: node limit"),
+        refusal="NONE: stack limit 1048576 exceeded"),
     "node_flood": Hostile(
-        "1,500,000 NONE + POP (a 3 MB pickle of None): the node arena's 128 MiB budget refuses it",
-        written(lambda: archive(PROTO2 + b"N0" * 1_500_000 + b"N.")),
+        "2,000 tuples of 1,000 NONE, each popped (a 2 MB pickle, about one node per byte, so 84 tree bytes per "
+        "pickle byte): the node arena's budget, 128 MiB or 64 bytes per pickle byte, refuses it",
+        written(lambda: archive(PROTO2 + (b"(" + b"N" * 1000 + b"t0") * 2000 + b"N.")),
         refusal="NONE: node limit"),
     "doubling_dag": Hostile(
         "40 lists each holding the next twice (a 764-byte pickle, 2**40 paths): the tree printer's 96 MiB budget "

@@ -73,7 +73,7 @@ void NamedTensors(const format::PickleTree& tree, format::NodeId id, const std::
   const format::Node& n = tree.node(id);
   const std::vector<format::NodeId>* pairs = nullptr;
   if (n.kind == format::NodeKind::kDict) pairs = &n.items;
-  if (n.kind == format::NodeKind::kReduce || n.kind == format::NodeKind::kNewObj) pairs = &n.dict_items;
+  if (n.kind == format::NodeKind::kReduce || n.kind == format::NodeKind::kNewObj) pairs = &n.dict_items();
   if (pairs == nullptr || pairs->empty()) {
     if (!path.empty()) out.emplace_back(path, id);
     return;

@@ -13,8 +13,8 @@ NodeId AddOrderedDict(PickleTree& t, std::vector<std::pair<std::string, NodeId>>
   const NodeId od = t.AddReduce(t.AddGlobal("collections", "OrderedDict"), t.AddTuple({}));
   for (auto& [k, v] : entries) {
     const NodeId key = t.AddStr(k);  // before mutable_node(): adding may move the node arena
-    t.mutable_node(od).dict_items.push_back(key);
-    t.mutable_node(od).dict_items.push_back(v);
+    t.mutable_node(od).mutable_extras().dict_items.push_back(key);
+    t.mutable_node(od).mutable_extras().dict_items.push_back(v);
   }
   return od;
 }

@@ -119,7 +119,7 @@ class Renderer {
       case NodeKind::kDict: return "{" + Join(n.items, true) + "}";
       case NodeKind::kSet: return "set{" + Join(n.items, false) + "}";
       case NodeKind::kFrozenSet: return "frozenset{" + Join(n.items, false) + "}";
-      case NodeKind::kGlobal: return n.text + "." + n.text2;
+      case NodeKind::kGlobal: return n.text + "." + n.global_name();
       case NodeKind::kBuild: return "build(" + Join(n.items, false) + ")";
       case NodeKind::kPersId: return "persid(" + Join(n.items, false) + ")";
       case NodeKind::kReduce:
@@ -130,8 +130,8 @@ class Renderer {
         out += args.kind == NodeKind::kTuple ? "(" + Join(args.items, false) + ")"
                                              : "(*" + (*this)(n.items[1]) + ")";
         if (n.items.size() == 3) out += "(**" + (*this)(n.items[2]) + ")";
-        if (!n.list_items.empty()) out += " +append[" + Join(n.list_items, false) + "]";
-        if (!n.dict_items.empty()) out += " +setitems{" + Join(n.dict_items, true) + "}";
+        if (!n.list_items().empty()) out += " +append[" + Join(n.list_items(), false) + "]";
+        if (!n.dict_items().empty()) out += " +setitems{" + Join(n.dict_items(), true) + "}";
         if (n.state != kNoNode) out += " +state(" + (*this)(n.state) + ")";
         return out;
       }
@@ -351,7 +351,7 @@ TEST_CASE("pickle reader: torch.save data.pkl", "[format]") {
         "collections.OrderedDict()), 'n': 7}");
   // backward_hooks reuses the OrderedDict global through BINGET 0.
   const Node& root = tree.node(tree.root());
-  const Node& tensor = tree.node(root.dict_items[1]);
+  const Node& tensor = tree.node(root.dict_items()[1]);
   const Node& args = tree.node(tensor.items[1]);
   CHECK(tree.node(args.items[5]).items[0] == root.items[0]);
 }
@@ -680,6 +680,43 @@ TEST_CASE("pickle reader error: node, stack, mark and payload limits", "[format]
   CHECK(s.code() == StatusCode::kResourceExhausted);
   CHECK(s.message() == "offset 9: BINUNICODE: payload of 3 bytes exceeds the remaining budget "
                        "(2 of 4 bytes used)");
+
+  // A GLOBAL's name and an extended object's items live in a NodeExtras, charged like a payload: a pickle of
+  // 5-byte STACK_GLOBALs over memoized strings cannot make them cost more than the budget says.
+  limits = PickleLimits();
+  const std::string global = Asm(4).Op(PickleOp::kGlobal).Raw("m\nC\n").Stop();
+  limits.max_payload_bytes = 2 + sizeof(NodeExtras);
+  CHECK(MustParse(global, limits).size() == 1);
+  limits.max_payload_bytes = 1 + sizeof(NodeExtras);
+  CHECK(ParseError(global, limits).code() == StatusCode::kResourceExhausted);
+  const std::string extended =
+      Asm().Op(PickleOp::kGlobal).Raw("m\nL\n").Op(PickleOp::kEmptyTuple).Op(PickleOp::kReduce)
+          .Int1(1).Op(PickleOp::kAppend).Int1(2).Op(PickleOp::kAppend)
+          .Stop();
+  limits.max_payload_bytes = 2 + 2 * sizeof(NodeExtras);  // the global's and the object's, once each
+  CHECK(MustParse(extended, limits).size() == 5);
+  limits.max_payload_bytes = 1 + 2 * sizeof(NodeExtras);
+  CHECK(ParseError(extended, limits).code() == StatusCode::kResourceExhausted);
+}
+
+TEST_CASE("pickle tree: a copied node owns its own extras", "[format]") {
+  PickleTree t;
+  const NodeId g = t.AddGlobal("collections", "OrderedDict");
+  const NodeId od = t.AddReduce(g, t.AddTuple({}));
+  t.mutable_node(od).mutable_extras().dict_items = {t.AddStr("k"), t.AddInt(1)};
+  t.AddFloat(0.5);
+  PickleTree copy = t;
+  copy.mutable_node(od).mutable_extras().dict_items.push_back(copy.AddStr("j"));
+  copy.mutable_node(g).mutable_extras().name = "dict";
+  CHECK(t.node(od).dict_items().size() == 2);
+  CHECK(copy.node(od).dict_items().size() == 3);
+  CHECK(t.node(g).global_name() == "OrderedDict");
+  CHECK(t.IsGlobal(g, "collections", "OrderedDict"));
+  CHECK(copy.node(t.size() - 1).f == 0.5);
+  // Nodes without extras report them empty, and stay without.
+  CHECK(t.node(t.size() - 1).dict_items().empty());
+  CHECK(t.node(t.size() - 1).global_name().empty());
+  CHECK(t.node(t.size() - 1).extras == nullptr);
 }
 
 }  // namespace

@@ -72,10 +72,10 @@ bool SameGraph(const PickleTree& ta, NodeId a, const PickleTree& tb, NodeId b) {
     }
     const bool same_values = nx.kind == ny.kind && nx.b == ny.b && nx.i == ny.i &&
                              std::memcmp(&nx.f, &ny.f, sizeof nx.f) == 0 &&
-                             nx.text == ny.text && nx.text2 == ny.text2;
+                             nx.text == ny.text && nx.global_name() == ny.global_name();
     const bool same_shape = nx.items.size() == ny.items.size() &&
-                            nx.list_items.size() == ny.list_items.size() &&
-                            nx.dict_items.size() == ny.dict_items.size() &&
+                            nx.list_items().size() == ny.list_items().size() &&
+                            nx.dict_items().size() == ny.dict_items().size() &&
                             (nx.state == kNoNode) == (ny.state == kNoNode);
     if (!same_values || !same_shape) return false;
     std::vector<NodeId> cx;
@@ -108,7 +108,7 @@ struct ExactCase {
 
 NodeId OrderedDictWithMetadata(PickleTree& t) {
   const NodeId od = t.AddReduce(t.AddGlobal("collections", "OrderedDict"), t.AddTuple({}));
-  t.mutable_node(od).dict_items = {t.AddStr("w"), t.AddInt(1), t.AddStr("b"), t.AddInt(2)};
+  t.mutable_node(od).mutable_extras().dict_items = {t.AddStr("w"), t.AddInt(1), t.AddStr("b"), t.AddInt(2)};
   const NodeId version = t.AddDict({{t.AddStr("version"), t.AddInt(1)}});
   const NodeId inner = t.AddDict({{t.AddStr(""), version}});
   t.mutable_node(od).state = t.AddDict({{t.AddStr("_metadata"), inner}});
@@ -210,8 +210,8 @@ TEST_CASE("pickle writer: batches of 1000, and single entries as Python's C pick
   // An OrderedDict's dict_items are iterated: a last batch of one is a bare SETITEM.
   const NodeId od = t.AddReduce(t.AddGlobal("collections", "OrderedDict"), t.AddTuple({}));
   for (const auto& [k, v] : pairs) {
-    t.mutable_node(od).dict_items.push_back(k);
-    t.mutable_node(od).dict_items.push_back(v);
+    t.mutable_node(od).mutable_extras().dict_items.push_back(k);
+    t.mutable_node(od).mutable_extras().dict_items.push_back(v);
   }
   const std::string od_hex = ToHex(MustWrite(t, od));
   CHECK(od_hex.substr(od_hex.size() - 24) == "4de703754de8034de803732e");
@@ -251,8 +251,8 @@ TEST_CASE("pickle writer: re-writing Python and torch pickles gives Python's byt
 TEST_CASE("pickle writer: every node kind round-trips through the reader", "[format]") {
   PickleTree t;
   const NodeId obj = t.AddReduce(t.AddGlobal("m", "C"), t.AddTuple({t.AddStr("arg")}));
-  t.mutable_node(obj).list_items = {t.AddInt(1)};
-  t.mutable_node(obj).dict_items = {t.AddStr("k"), t.AddNone()};
+  t.mutable_node(obj).mutable_extras().list_items = {t.AddInt(1)};
+  t.mutable_node(obj).mutable_extras().dict_items = {t.AddStr("k"), t.AddNone()};
   t.mutable_node(obj).state = t.AddDict({{t.AddStr("self"), obj}});  // a cycle through state
   const NodeId shared_str = t.AddStr("shared");
   const std::vector<NodeId> all = {

@@ -20,7 +20,7 @@ TEST_CASE("BigIntToDecimal handles both signs and widths", "[format]") {
 TEST_CASE("TreeToJson encodes every node kind in the documented tags", "[format]") {
   PickleTree t;
   const NodeId od = t.AddReduce(t.AddGlobal("collections", "OrderedDict"), t.AddTuple({}));
-  t.mutable_node(od).dict_items = {t.AddStr("k"), t.AddInt(1)};
+  t.mutable_node(od).mutable_extras().dict_items = {t.AddStr("k"), t.AddInt(1)};
   t.mutable_node(od).state = t.AddDict({{t.AddStr("_metadata"), t.AddNone()}});
   const NodeId root = t.AddList({t.AddNone(), t.AddBool(true), t.AddInt(-3), t.AddFloat(NAN),
                                  t.AddFloat(0.5), t.AddStr("s"), t.AddBytes("\x01\xab"),
