@@ -109,6 +109,8 @@ struct Node {
     return empty;
   }
 };
+// A model-states pickle of 100,000 parameters is millions of nodes: a field added here costs that many times.
+static_assert(sizeof(Node) <= 80, "keep rarely used fields in NodeExtras");
 
 // Calls f(child) for every child of `n` in emission order: items, list_items, dict_items, state.
 template <typename F>
