@@ -174,13 +174,18 @@ class _Server:
         return codes, output
 
 
-_SERVER = _Server()
+# Made on the first launch, not at import: the server process and the ranks (whose worker scripts import this module)
+# would each make a log folder that nothing removes, since ranks leave with os._exit.
+_SERVER: _Server | None = None
 
 
 def launch(nproc: int, script: Path, argv: list[str], what: str, expected: list[Path],
            timeout: float = LAUNCH_TIMEOUT_S) -> None:
     """Runs `script` on `nproc` CPU ranks (gloo) and prints the wall time; raises RuntimeError with the first failing
     rank's traceback when a rank fails or overruns `timeout`, or when a file of `expected` is missing."""
+    global _SERVER
+    if _SERVER is None:
+        _SERVER = _Server()
     start = time.monotonic()
     codes, output = _SERVER.run(nproc, str(Path(script).resolve()), [str(a) for a in argv], timeout)
     print(f"{what}: DeepSpeed launch {time.monotonic() - start:.1f} s")
