@@ -1,22 +1,44 @@
 #include "reshard/plan/extent.h"
 
 #include <algorithm>
+#include <functional>
+#include <string>
+#include <utility>
 
 namespace reshard::plan {
 
+size_t SourceTable::KeyHash::operator()(uint32_t i) const {
+  const Source& s = (*sources)[i];
+  size_t h = std::hash<std::string>{}(s.path);
+  h ^= std::hash<uint64_t>{}(s.data_offset) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  return h ^ static_cast<size_t>(s.dtype);
+}
+
+bool SourceTable::KeyEqual::operator()(uint32_t a, uint32_t b) const {
+  const Source& x = (*sources)[a];
+  const Source& y = (*sources)[b];
+  return x.data_offset == y.data_offset && x.dtype == y.dtype && x.path == y.path;
+}
+
 uint32_t SourceTable::Intern(const Source& source) {
-  const auto [it, inserted] = index_.try_emplace({source.path, source.data_offset, source.dtype},
-                                                 static_cast<uint32_t>(sources_.size()));
-  if (inserted) {
-    sources_.push_back(source);
-  } else {
-    // The same start may be named with different lengths (a parameter's fragment at the start
-    // of a flat partition, and the whole partition copied into another file): the source spans
-    // the longest, so every gather over it stays in range.
-    Source& existing = sources_[it->second];
-    existing.numel = std::max(existing.numel, source.numel);
-  }
-  return it->second;
+  // The candidate goes into the table first so that the index can hash and compare it like any
+  // other entry; it is taken back out when it was there already.
+  const auto candidate = static_cast<uint32_t>(sources_.size());
+  sources_.push_back(source);
+  const auto [it, inserted] = index_.insert(candidate);
+  if (inserted) return candidate;
+  sources_.pop_back();
+  // The same start may be named with different lengths (a parameter's fragment at the start
+  // of a flat partition, and the whole partition copied into another file): the source spans
+  // the longest, so every gather over it stays in range.
+  Source& existing = sources_[*it];
+  existing.numel = std::max(existing.numel, source.numel);
+  return *it;
+}
+
+std::vector<Source> SourceTable::Release() && {
+  index_.clear();
+  return std::move(sources_);
 }
 
 uint64_t NumElements(const ExtentList& list) {

@@ -12,7 +12,7 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <tuple>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -39,18 +39,34 @@ struct Extent {
 using ExtentList = std::vector<Extent>;
 
 // Interns sources so each (file, offset, dtype) appears once, spanning the longest numel it was
-// named with. Not thread-safe (plan-time only).
+// named with. The index holds positions in the table rather than copies of the keys, so each path
+// is stored once. Not thread-safe (plan-time only).
 class SourceTable {
  public:
+  SourceTable() = default;
+  // The index points at this object's table, so a SourceTable stays where it was made.
+  SourceTable(const SourceTable&) = delete;
+  SourceTable& operator=(const SourceTable&) = delete;
+
   uint32_t Intern(const Source& source);
   const std::vector<Source>& sources() const { return sources_; }
+  // Hands over the table; the SourceTable is left empty.
+  std::vector<Source> Release() &&;
 
  private:
+  struct KeyHash {
+    const std::vector<Source>* sources;
+    size_t operator()(uint32_t i) const;
+  };
+  struct KeyEqual {
+    const std::vector<Source>* sources;
+    bool operator()(uint32_t a, uint32_t b) const;
+  };
+
   std::vector<Source> sources_;
-  std::map<std::tuple<std::string, uint64_t, format::DType>, uint32_t> index_;
+  std::unordered_set<uint32_t, KeyHash, KeyEqual> index_{0, KeyHash{&sources_}, KeyEqual{&sources_}};
 };
 
-// Total elements of a list.
 uint64_t NumElements(const ExtentList& list);
 
 // Appends `gathers` from `source`, merging contiguous runs of the same source.
