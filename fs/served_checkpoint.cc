@@ -16,19 +16,23 @@ Result<ServedCheckpoint> ServedCheckpoint::Plan(std::shared_ptr<const ucp::Unive
                                                 const TargetFlags& flags) {
   const ucp::UniversalCheckpoint& ckpt = *checkpoint;
   RS_ASSIGN_OR_RETURN(plan::Target target, ResolveTargetFlags(ckpt, flags));
-  RS_ASSIGN_OR_RETURN(plan::CheckpointPlan plan, plan::PlanCheckpoint(ckpt, target));
-  RS_ASSIGN_OR_RETURN(plan::SourceFiles sources, plan::SourceFiles::Open(plan.sources));
-  auto files = std::make_shared<std::vector<plan::PlannedFile>>();
-  auto views = std::make_shared<std::vector<plan::SafetensorsView>>();
+  // Each target file is laid out as soon as it is planned, and its pickle tree dropped then.
+  const size_t count = plan::TargetFileCount(target);
+  auto files = std::make_shared<std::vector<plan::PlannedFile>>(count);
+  auto views = std::make_shared<std::vector<plan::SafetensorsView>>(count);
+  const std::string tag = plan::ServedTag(ckpt, target);
   ServedCheckpoint out;
-  for (plan::FilePlan& f : plan.files) {
-    RS_ASSIGN_OR_RETURN(plan::SafetensorsView view, plan::SafetensorsView::Create(f));
+  out.view_paths_.resize(count);
+  auto lay_out = [&](size_t index, plan::FilePlan f, const std::vector<plan::Source>& sources) -> Status {
+    if (index >= count) return Internal(f.path + ": planned as target file " + std::to_string(index));
+    RS_ASSIGN_OR_RETURN((*views)[index], plan::SafetensorsView::Create(f));
     const std::string name = f.path.substr(f.path.rfind('/') + 1);
-    out.view_paths_.push_back(plan.target.tag + "/safetensors/" + name.substr(0, name.rfind(".pt")) + ".safetensors");
-    RS_ASSIGN_OR_RETURN(plan::PlannedFile file, plan::PlannedFile::Create(std::move(f), plan.sources));
-    files->push_back(std::move(file));
-    views->push_back(std::move(view));
-  }
+    out.view_paths_[index] = tag + "/safetensors/" + name.substr(0, name.rfind(".pt")) + ".safetensors";
+    RS_ASSIGN_OR_RETURN((*files)[index], plan::PlannedFile::Create(std::move(f), sources));
+    return Status::Ok();
+  };
+  RS_ASSIGN_OR_RETURN(plan::CheckpointPlan plan, plan::PlanCheckpoint(ckpt, target, lay_out));
+  RS_ASSIGN_OR_RETURN(plan::SourceFiles sources, plan::SourceFiles::Open(plan.sources));
   auto universal = std::make_shared<std::vector<plan::PlannedFile>>();
   for (plan::FilePlan& f : plan.universal.files) {
     RS_ASSIGN_OR_RETURN(plan::PlannedFile file, plan::PlannedFile::Create(std::move(f), plan.sources));

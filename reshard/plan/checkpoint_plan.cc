@@ -26,8 +26,15 @@ Status CheckTarget(const Target& t) {
   return Status::Ok();
 }
 
+// Hands `file` to the sink at `index`.
+Status Emit(const FileSink& sink, size_t index, Result<FilePlan> file, const SourceTable& sources) {
+  if (!file.ok()) return std::move(file).status();
+  return sink(index, std::move(file).value(), sources.sources());
+}
+
 Status PlanZero12(const ucp::UniversalCheckpoint& ckpt, const Target& target, SourceTable& sources,
-                  std::vector<FilePlan>& model_files, std::vector<FilePlan>& optim_files) {
+                  const FileSink& sink) {
+  const auto tp = static_cast<size_t>(target.tp_size), dp = static_cast<size_t>(target.dp_size);
   for (int t = 0; t < target.tp_size; ++t) {
     for (int r = 0; r < target.dp_size; ++r) {
       RS_ASSIGN_OR_RETURN(std::vector<RankGroupPartition> groups, PlanZero12Rank(ckpt, target, t, r, sources));
@@ -41,11 +48,12 @@ Status PlanZero12(const ucp::UniversalCheckpoint& ckpt, const Target& target, So
           }
           shapes.push_back(std::move(s));
         }
-        RS_ASSIGN_OR_RETURN(FilePlan model, PlanModelStatesFile(ckpt, target, t, 0, shapes, sources));
-        model_files.push_back(std::move(model));
+        RS_RETURN_IF_ERROR(
+            Emit(sink, static_cast<size_t>(t), PlanModelStatesFile(ckpt, target, t, 0, shapes, sources), sources));
       }
-      RS_ASSIGN_OR_RETURN(FilePlan optim, PlanZero12OptimFile(ckpt, target, t, r, groups, sources));
-      optim_files.push_back(std::move(optim));
+      const size_t optim_index = tp + static_cast<size_t>(t) * dp + static_cast<size_t>(r);
+      RS_RETURN_IF_ERROR(
+          Emit(sink, optim_index, PlanZero12OptimFile(ckpt, target, t, r, groups, sources), sources));
     }
   }
   return Status::Ok();
@@ -53,7 +61,8 @@ Status PlanZero12(const ucp::UniversalCheckpoint& ckpt, const Target& target, So
 
 // ZeRO-3 writes one model-states and one optimizer file per TP x DP rank.
 Status PlanZero3(const ucp::UniversalCheckpoint& ckpt, const Target& target, SourceTable& sources,
-                 std::vector<FilePlan>& model_files, std::vector<FilePlan>& optim_files) {
+                 const FileSink& sink) {
+  const auto tp = static_cast<size_t>(target.tp_size), dp = static_cast<size_t>(target.dp_size);
   for (int t = 0; t < target.tp_size; ++t) {
     for (int r = 0; r < target.dp_size; ++r) {
       RS_ASSIGN_OR_RETURN(std::vector<RankSubGroup> subs, PlanZero3Rank(ckpt, target, t, r, sources));
@@ -61,10 +70,9 @@ Status PlanZero3(const ucp::UniversalCheckpoint& ckpt, const Target& target, Sou
       for (const RankSubGroup& sub : subs) {
         shapes.push_back(ParamShapeGroup{sub.param_names, sub.local_shapes});
       }
-      RS_ASSIGN_OR_RETURN(FilePlan model, PlanModelStatesFile(ckpt, target, t, r, shapes, sources));
-      model_files.push_back(std::move(model));
-      RS_ASSIGN_OR_RETURN(FilePlan optim, PlanZero3OptimFile(ckpt, target, t, r, subs, sources));
-      optim_files.push_back(std::move(optim));
+      const size_t rank = static_cast<size_t>(t) * dp + static_cast<size_t>(r);
+      RS_RETURN_IF_ERROR(Emit(sink, rank, PlanModelStatesFile(ckpt, target, t, r, shapes, sources), sources));
+      RS_RETURN_IF_ERROR(Emit(sink, tp * dp + rank, PlanZero3OptimFile(ckpt, target, t, r, subs, sources), sources));
     }
   }
   return Status::Ok();
@@ -84,7 +92,13 @@ std::string ServedTag(const ucp::UniversalCheckpoint& ckpt, const Target& target
 
 std::string UniversalViewRoot(const ucp::UniversalCheckpoint& ckpt) { return ckpt.tag() + std::string(kUniversalSuffix); }
 
-Result<CheckpointPlan> PlanCheckpoint(const ucp::UniversalCheckpoint& ckpt, const Target& requested) {
+size_t TargetFileCount(const Target& target) {
+  const auto tp = static_cast<size_t>(target.tp_size), dp = static_cast<size_t>(target.dp_size);
+  return (target.zero_stage == 3 ? tp * dp : tp) + tp * dp;
+}
+
+Result<CheckpointPlan> PlanCheckpoint(const ucp::UniversalCheckpoint& ckpt, const Target& requested,
+                                      const FileSink& sink) {
   RS_RETURN_IF_ERROR(CheckTarget(requested));
   CheckpointPlan plan;
   plan.target = requested;
@@ -94,14 +108,11 @@ Result<CheckpointPlan> PlanCheckpoint(const ucp::UniversalCheckpoint& ckpt, cons
     return InvalidArgument("tag '" + plan.target.tag + "' is not a single folder name");
   }
   SourceTable sources;
-  std::vector<FilePlan> model_files, optim_files;
   if (plan.target.zero_stage == 3) {
-    RS_RETURN_IF_ERROR(PlanZero3(ckpt, plan.target, sources, model_files, optim_files));
+    RS_RETURN_IF_ERROR(PlanZero3(ckpt, plan.target, sources, sink));
   } else {
-    RS_RETURN_IF_ERROR(PlanZero12(ckpt, plan.target, sources, model_files, optim_files));
+    RS_RETURN_IF_ERROR(PlanZero12(ckpt, plan.target, sources, sink));
   }
-  plan.files = std::move(model_files);
-  for (FilePlan& f : optim_files) plan.files.push_back(std::move(f));
   if (ckpt.native()) {
     RS_ASSIGN_OR_RETURN(plan.universal, PlanUniversalView(ckpt, UniversalViewRoot(ckpt), sources));
   }
@@ -114,7 +125,7 @@ Result<CheckpointPlan> PlanCheckpoint(const ucp::UniversalCheckpoint& ckpt, cons
   } else {
     plan.weights_unavailable = weights.status().message();
   }
-  plan.sources = sources.sources();
+  plan.sources = std::move(sources).Release();
   return plan;
 }
 

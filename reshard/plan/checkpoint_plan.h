@@ -17,6 +17,8 @@
 // Public header: C++17.
 #pragma once
 
+#include <cstddef>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,10 +32,18 @@
 
 namespace reshard::plan {
 
+// Where PlanCheckpoint hands each target file as soon as it is planned, so that the caller can lay
+// it out (PlannedFile::Create) and drop its pickle tree before the next file is planned: planning
+// then holds one file's tree at a time rather than all of them (at 100,000 parameters those trees
+// were most of the peak memory). `index` is the file's place in the order above, 0 to
+// TargetFileCount(target) - 1, each exactly once; the calls come in planning order, which
+// interleaves model-states and optimizer files. `sources` is the source table so far: it holds every
+// source the file's extents name. An error the sink returns ends planning and is returned.
+using FileSink = std::function<Status(size_t index, FilePlan file, const std::vector<Source>& sources)>;
+
 struct CheckpointPlan {
   Target target;                 // as planned (tag resolved)
-  std::vector<Source> sources;   // every universal file region the files read
-  std::vector<FilePlan> files;
+  std::vector<Source> sources;   // every universal file region the files read (the target files' too)
   // A native source only (plan/universal_view_plan.h): the universal checkpoint ds_to_universal
   // would write, under UniversalViewRoot(checkpoint); empty for a universal source.
   UniversalView universal;
@@ -44,9 +54,14 @@ struct CheckpointPlan {
   std::string weights_unavailable;
 };
 
-Result<CheckpointPlan> PlanCheckpoint(const ucp::UniversalCheckpoint& checkpoint, const Target& target);
+// Plans every target file, handing each to `sink`, then the universal view and the weights.
+Result<CheckpointPlan> PlanCheckpoint(const ucp::UniversalCheckpoint& checkpoint, const Target& target,
+                                      const FileSink& sink);
 
-// The tag a target is served under: target.tag, or the universal tag without "_universal".
+// The number of target files: TP model-states files (ZeRO-1/2) or TP x DP (ZeRO-3), plus TP x DP
+// optimizer files.
+size_t TargetFileCount(const Target& target);
+
 std::string ServedTag(const ucp::UniversalCheckpoint& checkpoint, const Target& target);
 
 // Where a native source's universal view is served: "<source tag>_universal" (the name

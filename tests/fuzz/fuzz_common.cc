@@ -94,14 +94,20 @@ Status PlanAndReadAll(const ucp::UniversalCheckpoint& checkpoint, const nlohmann
                       const plan::TargetOverrides& overrides, const plan::ModelConfig& model, int64_t max_ranks) {
   RS_ASSIGN_OR_RETURN(plan::Target target, plan::ResolveTarget(checkpoint, ds_config, overrides, model));
   if (int64_t{target.tp_size} * target.dp_size > max_ranks) return Status::Ok();
-  RS_ASSIGN_OR_RETURN(plan::CheckpointPlan planned, plan::PlanCheckpoint(checkpoint, target));
+  std::vector<plan::PlannedFile> files;
+  auto lay_out = [&](size_t, plan::FilePlan f, const std::vector<plan::Source>& sources) -> Status {
+    RS_ASSIGN_OR_RETURN(plan::PlannedFile file, plan::PlannedFile::Create(std::move(f), sources));
+    files.push_back(std::move(file));
+    return Status::Ok();
+  };
+  RS_ASSIGN_OR_RETURN(plan::CheckpointPlan planned, plan::PlanCheckpoint(checkpoint, target, lay_out));
+  // A native source's universal view and the weights are planned files too: read them all.
+  std::vector<plan::FilePlan> rest = std::move(planned.universal.files);
+  if (planned.weights) rest.push_back(std::move(*planned.weights));
+  for (plan::FilePlan& f : rest) RS_RETURN_IF_ERROR(lay_out(0, std::move(f), planned.sources));
   RS_ASSIGN_OR_RETURN(plan::SourceFiles sources, plan::SourceFiles::Open(planned.sources));
   std::vector<uint8_t> buffer(1 << 16);
-  // A native source's universal view and the weights are planned files too: read them all.
-  for (plan::FilePlan& f : planned.universal.files) planned.files.push_back(std::move(f));
-  if (planned.weights) planned.files.push_back(std::move(*planned.weights));
-  for (plan::FilePlan& f : planned.files) {
-    RS_ASSIGN_OR_RETURN(plan::PlannedFile file, plan::PlannedFile::Create(std::move(f), planned.sources));
+  for (const plan::PlannedFile& file : files) {
     for (uint64_t offset = 0; offset < file.size();) {
       RS_ASSIGN_OR_RETURN(size_t n, file.Read(sources, offset, buffer.data(), buffer.size()));
       if (n == 0) std::abort();  // Read() promised min(length, size - offset) bytes
