@@ -58,7 +58,7 @@ size_t FirstInvalidUtf8(std::string_view s) {
 }
 
 // Hashes and compares kStr key nodes by content, so a dict's key index stores NodeIds rather
-// than copies of the keys. Node texts may move when the arena grows, so no views are kept.
+// than copies of the keys.
 struct StrKeyHash {
   const PickleTree* tree;
   size_t operator()(NodeId key) const {
@@ -178,9 +178,8 @@ Result<PickleTree> Unpickler::Run() {
                        HexByte(first) + " (protocols 0 and 1 are not supported)");
   }
   // Every opcode that makes a node takes at least one byte, so no pickle makes more nodes than
-  // it has bytes: reserving that many (within the limit) means the arena never reallocates.
+  // it has bytes: reserving that many (within the limit) means depth_ never reallocates.
   const uint64_t most_nodes = std::min<uint64_t>(node_limit_ + 1, input_.size());
-  tree_.Reserve(static_cast<size_t>(most_nodes));
   depth_.reserve(static_cast<size_t>(most_nodes));
   while (!stopped_) {
     if (pos_ >= input_.size()) {
@@ -575,10 +574,7 @@ Status Unpickler::PushStackGlobal() {
                                           std::string(NodeKindName(name.kind)));
   }
   RS_RETURN_IF_ERROR(ChargePayload(module.text.size() + name.text.size() + sizeof(NodeExtras)));
-  // Copy before AddGlobal: growing the arena invalidates `module` and `name`.
-  std::string module_text = module.text;
-  std::string name_text = name.text;
-  return Adopt(tree_.AddGlobal(std::move(module_text), std::move(name_text)), 1);
+  return Adopt(tree_.AddGlobal(module.text, name.text), 1);
 }
 
 // On an object from REDUCE/NEWOBJ, BUILD records the state on the object node itself, which
@@ -618,7 +614,7 @@ Result<NodeId> Unpickler::ExtendTarget(NodeKind container_kind) {
   return stack_.back();
 }
 
-// The vector an ExtendTarget result grows. The pointer dies when the arena grows. An object's
+// The vector an ExtendTarget result grows (nodes never move, so the pointer stays valid). An object's
 // items live in its NodeExtras, allocated on its first APPEND or SETITEM and charged to the
 // payload budget like a GLOBAL's (so they too are bounded by the input's size).
 Result<std::vector<NodeId>*> Unpickler::Slots(NodeId target, NodeKind container_kind) {

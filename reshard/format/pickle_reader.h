@@ -75,9 +75,9 @@ struct PickleLimits {
   // max_tree_bytes_per_input_byte times its length: a model-states file lists every parameter
   // (about 26 nodes and 240 pickle bytes each, so 9 tree bytes per pickle byte), and one of
   // 62,000 parameters needs more than 128 MiB. A pickle of 1-byte opcodes makes one node per
-  // byte; with this bound its tree costs at most 64 times its own size. The arena is reserved
-  // up front for as many nodes as the input could make within the budget, so it never holds two
-  // copies while growing, and a hostile pickle is refused before it costs more.
+  // byte; with this bound its tree costs at most 64 times its own size. The arena grows in
+  // chunks and never copies itself, so a hostile pickle is refused when its nodes reach the
+  // budget, before it costs more.
   uint64_t max_tree_bytes = uint64_t{128} << 20;
   uint64_t max_tree_bytes_per_input_byte = 64;
   // Distinct memo ids stored. Ids may be sparse (LONG_BINPUT 4294967295 costs one entry).

@@ -1,5 +1,8 @@
 #include "reshard/format/pickle_value.h"
 
+#include <new>
+#include <utility>
+
 namespace reshard::format {
 
 std::string_view NodeKindName(NodeKind kind) {
@@ -26,9 +29,51 @@ std::string_view NodeKindName(NodeKind kind) {
   return "?";
 }
 
+PickleTree::~PickleTree() { Clear(); }
+
+PickleTree::PickleTree(const PickleTree& other) : root_(other.root_) {
+  for (size_t id = 0; id < other.size_; ++id) Add(other.node(static_cast<NodeId>(id)));
+}
+
+PickleTree& PickleTree::operator=(const PickleTree& other) {
+  if (this != &other) *this = PickleTree(other);
+  return *this;
+}
+
+PickleTree::PickleTree(PickleTree&& other) noexcept
+    : chunks_(std::move(other.chunks_)), size_(other.size_), root_(other.root_) {
+  other.chunks_.clear();
+  other.size_ = 0;
+  other.root_ = kNoNode;
+}
+
+PickleTree& PickleTree::operator=(PickleTree&& other) noexcept {
+  if (this != &other) {
+    Clear();
+    chunks_ = std::move(other.chunks_);
+    size_ = other.size_;
+    root_ = other.root_;
+    other.chunks_.clear();
+    other.size_ = 0;
+    other.root_ = kNoNode;
+  }
+  return *this;
+}
+
+void PickleTree::Clear() {
+  for (size_t id = 0; id < size_; ++id) Slot(id).~Node();
+  chunks_.clear();
+  size_ = 0;
+}
+
 NodeId PickleTree::Add(Node n) {
-  nodes_.push_back(std::move(n));
-  return static_cast<NodeId>(nodes_.size() - 1);
+  const size_t chunk = ChunkOf(size_);
+  if (chunk == chunks_.size()) {
+    std::unique_ptr<Node, ChunkFree> fresh(static_cast<Node*>(::operator new(ChunkCapacity(chunk) * sizeof(Node))));
+    chunks_.push_back(std::move(fresh));
+  }
+  new (&Slot(size_)) Node(std::move(n));
+  return static_cast<NodeId>(size_++);
 }
 
 NodeId PickleTree::AddNone() { return Add(Node{}); }
@@ -142,11 +187,11 @@ NodeId PickleTree::AddBuild(NodeId object, NodeId state) {
 NodeId PickleTree::AddPersId(NodeId pid) { return Add(ItemsNode(NodeKind::kPersId, {pid})); }
 
 void PickleTree::DictSet(NodeId dict, NodeId key, NodeId value) {
-  Node& d = nodes_[dict];
-  if (nodes_[key].kind == NodeKind::kStr) {
+  Node& d = Slot(dict);
+  if (Slot(key).kind == NodeKind::kStr) {
     for (size_t k = 0; k + 1 < d.items.size(); k += 2) {
-      const Node& existing = nodes_[d.items[k]];
-      if (existing.kind == NodeKind::kStr && existing.text == nodes_[key].text) {
+      const Node& existing = Slot(d.items[k]);
+      if (existing.kind == NodeKind::kStr && existing.text == Slot(key).text) {
         d.items[k + 1] = value;
         return;
       }
@@ -156,19 +201,19 @@ void PickleTree::DictSet(NodeId dict, NodeId key, NodeId value) {
   d.items.push_back(value);
 }
 
-void PickleTree::Append(NodeId container, NodeId item) { nodes_[container].items.push_back(item); }
+void PickleTree::Append(NodeId container, NodeId item) { Slot(container).items.push_back(item); }
 
 bool PickleTree::IsGlobal(NodeId id, std::string_view module, std::string_view name) const {
   if (!valid(id)) return false;
-  const Node& n = nodes_[id];
+  const Node& n = Slot(id);
   return n.kind == NodeKind::kGlobal && n.text == module && n.global_name() == name;
 }
 
 NodeId PickleTree::DictGet(NodeId dict, std::string_view key) const {
-  if (!valid(dict) || nodes_[dict].kind != NodeKind::kDict) return kNoNode;
-  const Node& d = nodes_[dict];
+  if (!valid(dict) || Slot(dict).kind != NodeKind::kDict) return kNoNode;
+  const Node& d = Slot(dict);
   for (size_t k = 0; k + 1 < d.items.size(); k += 2) {
-    const Node& kn = nodes_[d.items[k]];
+    const Node& kn = Slot(d.items[k]);
     if (kn.kind == NodeKind::kStr && kn.text == key) return d.items[k + 1];
   }
   return kNoNode;

@@ -5,7 +5,8 @@
 // a DeepSpeed LossScaler, numpy state) survives parse -> tree -> write unchanged, and
 // interpretation (which REDUCE is a tensor) is a separate, allow-listed step (torch_tensor.h).
 //
-// Storage: all nodes live in one arena (std::vector<Node>); children are NodeIds (indices).
+// Storage: all nodes live in one arena of chunks that double in size (64, 64, 128, 256, ...
+// nodes), never moved once added; children are NodeIds (indices).
 // The same NodeId may appear under several parents (pickle memo sharing), so the graph is a DAG,
 // and mutable containers (list, dict, set) may even form cycles, as in Python. Consumers that
 // recurse (the writer, printers) bound their depth and detect cycles themselves.
@@ -124,16 +125,19 @@ void ForEachChild(const Node& n, F&& f) {
 class PickleTree {
  public:
   PickleTree() = default;
+  ~PickleTree();
+  PickleTree(const PickleTree& other);
+  PickleTree& operator=(const PickleTree& other);
+  PickleTree(PickleTree&& other) noexcept;
+  PickleTree& operator=(PickleTree&& other) noexcept;
 
   // ---- access ----
-  const Node& node(NodeId id) const { return nodes_[id]; }
-  Node& mutable_node(NodeId id) { return nodes_[id]; }
-  size_t size() const { return nodes_.size(); }
-  bool valid(NodeId id) const { return id < nodes_.size(); }
+  // References stay valid while nodes are added (the arena never moves a node).
+  const Node& node(NodeId id) const { return Slot(id); }
+  Node& mutable_node(NodeId id) { return Slot(id); }
+  size_t size() const { return size_; }
+  bool valid(NodeId id) const { return id < size_; }
   NodeId root() const { return root_; }
-  // Room for `count` nodes without moving the arena (std::vector::reserve: pages are touched
-  // only as nodes are added).
-  void Reserve(size_t count) { nodes_.reserve(count); }
   void set_root(NodeId id) { root_ = id; }
 
   // ---- builders: each appends one node and returns its id ----
@@ -170,9 +174,32 @@ class PickleTree {
   NodeId DictGet(NodeId dict, std::string_view key) const;
 
  private:
+  // Chunk 0 holds ids [0, 64) and chunk c >= 1 holds [64 * 2^(c-1), 64 * 2^c): the arena grows
+  // without the copy a growing vector makes, and so without the moment it holds the old and the
+  // new array (1.5 times the tree; the model-states tree of 100,000 parameters is hundreds of
+  // MB). A chunk is raw memory whose nodes are constructed as they are added, so the pages of its
+  // unused tail are never touched.
+  static constexpr unsigned kFirstChunkBits = 6;
+  static size_t ChunkOf(size_t id) {
+    const uint64_t high = uint64_t{id} >> kFirstChunkBits;
+    return high == 0 ? 0 : static_cast<size_t>(64 - __builtin_clzll(high));
+  }
+  static size_t ChunkStart(size_t chunk) { return chunk == 0 ? 0 : size_t{1} << (kFirstChunkBits + chunk - 1); }
+  static size_t ChunkCapacity(size_t chunk) { return size_t{1} << (kFirstChunkBits + (chunk == 0 ? 0 : chunk - 1)); }
+  Node& Slot(size_t id) const {
+    const size_t chunk = ChunkOf(id);
+    return chunks_[chunk].get()[id - ChunkStart(chunk)];
+  }
+  void Clear();
+
+  struct ChunkFree {
+    void operator()(Node* p) const { ::operator delete(static_cast<void*>(p)); }
+  };
+
   NodeId Add(Node n);
 
-  std::vector<Node> nodes_;
+  std::vector<std::unique_ptr<Node, ChunkFree>> chunks_;
+  size_t size_ = 0;
   NodeId root_ = kNoNode;
 };
 

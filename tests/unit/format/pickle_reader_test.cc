@@ -5,6 +5,8 @@
 #include <string>
 #include <string_view>
 #include <unordered_set>
+#include <utility>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -717,6 +719,51 @@ TEST_CASE("pickle tree: a copied node owns its own extras", "[format]") {
   CHECK(t.node(t.size() - 1).dict_items().empty());
   CHECK(t.node(t.size() - 1).global_name().empty());
   CHECK(t.node(t.size() - 1).extras == nullptr);
+}
+
+TEST_CASE("pickle tree: nodes stay in place as the tree grows, and copies and moves keep every node", "[format]") {
+  PickleTree t;
+  const NodeId first = t.AddStr("first");
+  const Node* first_address = &t.node(first);
+  // Past several chunk boundaries (64, 128, 256, ... nodes) and into chunks of thousands.
+  constexpr int64_t kCount = 100000;
+  const NodeId list = t.AddList();
+  for (int64_t i = 0; i < kCount; ++i) t.Append(list, t.AddInt(i));
+  CHECK(&t.node(first) == first_address);
+  CHECK(t.node(first).text == "first");
+  REQUIRE(t.size() == static_cast<size_t>(kCount) + 2);
+  auto all_ints_in_order = [&](const PickleTree& tree) {
+    const std::vector<NodeId>& items = tree.node(list).items;
+    if (items.size() != static_cast<size_t>(kCount)) return false;
+    for (int64_t i = 0; i < kCount; ++i) {
+      const Node& n = tree.node(items[static_cast<size_t>(i)]);
+      if (n.kind != NodeKind::kInt || n.i != i) return false;
+    }
+    return true;
+  };
+  CHECK(all_ints_in_order(t));
+  t.set_root(list);
+
+  PickleTree copy = t;
+  CHECK(copy.size() == t.size());
+  CHECK(copy.root() == list);
+  CHECK(all_ints_in_order(copy));
+  CHECK(&copy.node(first) != first_address);
+
+  PickleTree moved = std::move(copy);
+  CHECK(moved.size() == t.size());
+  CHECK(all_ints_in_order(moved));
+  CHECK(copy.size() == 0);  // NOLINT(bugprone-use-after-move): a moved-from tree is empty and usable
+  CHECK(copy.root() == kNoNode);
+  CHECK(copy.node(copy.AddNone()).kind == NodeKind::kNone);
+
+  PickleTree assigned;
+  assigned.AddBool(true);
+  assigned = t;
+  CHECK(all_ints_in_order(assigned));
+  assigned = std::move(moved);
+  CHECK(all_ints_in_order(assigned));
+  CHECK(moved.size() == 0);  // NOLINT(bugprone-use-after-move)
 }
 
 }  // namespace
