@@ -62,6 +62,7 @@ Result<CheckpointPlan> PlanCheckpoint(const ucp::UniversalCheckpoint& checkpoint
 // optimizer files.
 size_t TargetFileCount(const Target& target);
 
+// The tag a target is served under: target.tag, or the universal tag without "_universal".
 std::string ServedTag(const ucp::UniversalCheckpoint& checkpoint, const Target& target);
 
 // Where a native source's universal view is served: "<source tag>_universal" (the name
