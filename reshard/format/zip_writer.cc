@@ -62,13 +62,15 @@ struct RecordPlan {
   uint32_t crc32 = 0;
 };
 
-// Accumulates inline bytes and emits one kInline segment (and blob) per run between data
-// segments, so a file has about as many segments as it has data records.
+// Accumulates inline bytes and emits one kInline segment per run between data segments, so a
+// file has about as many segments as it has data records. Every run lives in one blob: a blob
+// per run cost a string header, a heap block and its growth slack per record, about twice the
+// bytes the records hold.
 class SegmentBuilder {
  public:
-  std::string& inline_bytes() { return pending_; }
+  std::string& inline_bytes() { return inline_; }
   // The offset of the next byte appended.
-  uint64_t end_offset() const { return offset_ + pending_.size(); }
+  uint64_t end_offset() const { return offset_ + (inline_.size() - flushed_); }
 
   void AppendData(uint32_t record, uint64_t length) {
     Flush();
@@ -79,22 +81,27 @@ class SegmentBuilder {
 
   Result<view::VirtualFile> Finish() {
     Flush();
-    return view::VirtualFile::Create(std::move(segments_), std::move(blobs_));
+    segments_.shrink_to_fit();
+    std::vector<std::string> blobs;
+    if (!inline_.empty()) {
+      inline_.shrink_to_fit();
+      blobs.push_back(std::move(inline_));
+    }
+    return view::VirtualFile::Create(std::move(segments_), std::move(blobs));
   }
 
  private:
   void Flush() {
-    if (pending_.empty()) return;
-    const auto blob = static_cast<uint32_t>(blobs_.size());
-    segments_.push_back({offset_, pending_.size(), view::Segment::Kind::kInline, blob, 0});
-    offset_ += pending_.size();
-    blobs_.push_back(std::move(pending_));
-    pending_.clear();
+    const size_t run = inline_.size() - flushed_;
+    if (run == 0) return;
+    segments_.push_back({offset_, run, view::Segment::Kind::kInline, 0, flushed_});
+    offset_ += run;
+    flushed_ = inline_.size();
   }
 
   std::vector<view::Segment> segments_;
-  std::vector<std::string> blobs_;
-  std::string pending_;
+  std::string inline_;  // the inline bytes of every run, in file order
+  size_t flushed_ = 0;  // inline_[0, flushed_) already has its segments
   uint64_t offset_ = 0;
 };
 
