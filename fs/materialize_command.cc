@@ -77,7 +77,7 @@ Status RunMaterialize(const MaterializeOptions& options, std::ostream& out, std:
   uint64_t total_bytes = served.tag().size();
   for (const plan::PlannedFile& file : served.files()) total_bytes += file.size();
   for (const plan::SafetensorsView& view : served.views()) total_bytes += view.size();
-  for (const plan::SafetensorsView& view : served.weights_views()) total_bytes += view.size();
+  if (served.weights_view()) total_bytes += served.weights_view()->size();
   ProgressMeter meter("materialize", total_bytes, ProgressMeter::ModeFor(options.quiet, progress), progress);
   for (size_t i = 0; i < served.files().size(); ++i) {
     const plan::PlannedFile& file = served.files()[i];
@@ -91,15 +91,16 @@ Status RunMaterialize(const MaterializeOptions& options, std::ostream& out, std:
     const plan::SafetensorsView& view = served.views()[i];
     const std::string path = (root / served.view_paths()[i]).string();
     RS_RETURN_IF_ERROR(WriteFile(path, view.size(), [&](uint64_t offset, uint8_t* to, size_t n) {
-      return view.Read(served.files()[i], served.sources(), offset, to, n);
+      return view.Read(served.files()[i].storages(), served.sources(), offset, to, n);
     }, buffer.get(), meter));
     if (!options.quiet) out << path << " " << view.size() << "\n";
   }
-  for (size_t i = 0; i < served.weights_views().size(); ++i) {
-    const plan::SafetensorsView& view = served.weights_views()[i];
+  if (served.weights_view()) {
+    const plan::SafetensorsView& view = *served.weights_view();
+    const plan::PlannedStorages& storages = *served.weights_storages();
     const std::string path = (root / served.weights_path()).string();
     RS_RETURN_IF_ERROR(WriteFile(path, view.size(), [&](uint64_t offset, uint8_t* to, size_t n) {
-      return view.Read(served.weights_files()[i], served.sources(), offset, to, n);
+      return view.Read(storages, served.sources(), offset, to, n);
     }, buffer.get(), meter));
     if (!options.quiet) out << path << " " << view.size() << "\n";
   }

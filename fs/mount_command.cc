@@ -66,9 +66,11 @@ Result<Namespace> PlanNamespace(const MountOptions& options) {
                        std::make_shared<const PlannedContent>(served.shared_files(), i, served.shared_sources())});
   }
   for (size_t i = 0; i < served.views().size(); ++i) {
+    const std::shared_ptr<const plan::PlannedStorages> storages(served.shared_files(),
+                                                                &served.files()[i].storages());
+    const std::shared_ptr<const plan::SafetensorsView> view(served.shared_views(), &served.views()[i]);
     entries.push_back({served.view_paths()[i],
-                       std::make_shared<const SafetensorsContent>(served.shared_files(), served.shared_views(), i,
-                                                                  served.shared_sources())});
+                       std::make_shared<const SafetensorsContent>(storages, view, served.shared_sources())});
   }
   if (!served.universal_root().empty()) {
     entries.push_back({"latest_universal", std::make_shared<const InlineContent>(served.universal_root())});
@@ -82,10 +84,9 @@ Result<Namespace> PlanNamespace(const MountOptions& options) {
       entries.push_back({path, std::move(content)});
     }
   }
-  if (!served.weights_views().empty()) {
+  if (served.weights_view()) {
     entries.push_back({served.weights_path(),
-                       std::make_shared<const SafetensorsContent>(served.shared_weights_files(),
-                                                                  served.shared_weights_views(), 0,
+                       std::make_shared<const SafetensorsContent>(served.weights_storages(), served.weights_view(),
                                                                   served.shared_sources())});
     RS_RETURN_IF_ERROR(AddModelConfigFiles(served, entries));
   } else {

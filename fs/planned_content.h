@@ -12,6 +12,7 @@
 
 #include "fs/file_content.h"
 #include "reshard/plan/planned_file.h"
+#include "reshard/plan/planned_storages.h"
 #include "reshard/plan/safetensors_view.h"
 #include "reshard/plan/source_files.h"
 
@@ -37,23 +38,22 @@ class PlannedContent final : public FileContent {
 
 class SafetensorsContent final : public FileContent {
  public:
-  SafetensorsContent(std::shared_ptr<const std::vector<plan::PlannedFile>> files,
-                     std::shared_ptr<const std::vector<plan::SafetensorsView>> views, size_t index,
+  // `storages` and `view` may alias a larger object they belong to (a vector of planned files
+  // or views, through shared_ptr's aliasing constructor): they keep it alive.
+  SafetensorsContent(std::shared_ptr<const plan::PlannedStorages> storages,
+                     std::shared_ptr<const plan::SafetensorsView> view,
                      std::shared_ptr<const plan::SourceFiles> sources)
-      : files_(std::move(files)), views_(std::move(views)), file_(&(*files_)[index]), view_(&(*views_)[index]),
-        sources_(std::move(sources)) {}
+      : storages_(std::move(storages)), view_(std::move(view)), sources_(std::move(sources)) {}
 
   uint64_t size() const override { return view_->size(); }
   Result<size_t> Read(uint64_t offset, uint8_t* out, size_t length) const override {
-    return view_->Read(*file_, *sources_, offset, out, length);
+    return view_->Read(*storages_, *sources_, offset, out, length);
   }
-  Status CheckOpen() const override { return sources_->CheckUnchanged(file_->sources_read()); }
+  Status CheckOpen() const override { return sources_->CheckUnchanged(storages_->sources_read()); }
 
  private:
-  std::shared_ptr<const std::vector<plan::PlannedFile>> files_;
-  std::shared_ptr<const std::vector<plan::SafetensorsView>> views_;
-  const plan::PlannedFile* file_;
-  const plan::SafetensorsView* view_;
+  std::shared_ptr<const plan::PlannedStorages> storages_;
+  std::shared_ptr<const plan::SafetensorsView> view_;
   std::shared_ptr<const plan::SourceFiles> sources_;
 };
 

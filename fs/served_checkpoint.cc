@@ -39,17 +39,16 @@ Result<ServedCheckpoint> ServedCheckpoint::Plan(std::shared_ptr<const ucp::Unive
     universal->push_back(std::move(file));
   }
   if (ckpt.native()) out.universal_root_ = plan::UniversalViewRoot(ckpt);
-  auto weights_files = std::make_shared<std::vector<plan::PlannedFile>>();
-  auto weights_views = std::make_shared<std::vector<plan::SafetensorsView>>();
   if (plan.weights) {
     out.weights_path_ = plan.weights->path;
     RS_ASSIGN_OR_RETURN(plan::SafetensorsView view, plan::SafetensorsView::Create(*plan.weights));
-    RS_ASSIGN_OR_RETURN(plan::PlannedFile file, plan::PlannedFile::Create(std::move(*plan.weights), plan.sources));
-    weights_files->push_back(std::move(file));
-    weights_views->push_back(std::move(view));
+    RS_ASSIGN_OR_RETURN(plan::PlannedStorages storages,
+                        plan::PlannedStorages::Create(plan.weights->path, std::move(plan.weights->storages),
+                                                      plan.sources));
+    out.weights_view_ = std::make_shared<const plan::SafetensorsView>(std::move(view));
+    out.weights_storages_ = std::make_shared<const plan::PlannedStorages>(std::move(storages));
+    plan.weights.reset();  // its pickle tree was only needed for the view's names
   }
-  out.weights_files_ = std::move(weights_files);
-  out.weights_views_ = std::move(weights_views);
   out.weights_unavailable_ = std::move(plan.weights_unavailable);
   out.universal_files_ = std::move(universal);
   out.universal_copies_ = std::move(plan.universal.copies);

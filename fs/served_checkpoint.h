@@ -14,6 +14,7 @@
 #include "reshard/base/status.h"
 #include "reshard/plan/checkpoint_plan.h"
 #include "reshard/plan/planned_file.h"
+#include "reshard/plan/planned_storages.h"
 #include "reshard/plan/safetensors_view.h"
 #include "reshard/plan/source_files.h"
 #include "reshard/ucp/universal_checkpoint.h"
@@ -45,12 +46,11 @@ class ServedCheckpoint {
   // The folder of the universal view ("" when there is none): what `latest_universal` holds.
   const std::string& universal_root() const { return universal_root_; }
   std::shared_ptr<const std::vector<plan::PlannedFile>> shared_universal_files() const { return universal_files_; }
-  // The plain weights: weights_files()[0] served through weights_views()[0] at weights_path()
-  // ("<tag>/model.safetensors"); both empty when they cannot be served, for weights_unavailable().
-  const std::vector<plan::PlannedFile>& weights_files() const { return *weights_files_; }
-  const std::vector<plan::SafetensorsView>& weights_views() const { return *weights_views_; }
-  std::shared_ptr<const std::vector<plan::PlannedFile>> shared_weights_files() const { return weights_files_; }
-  std::shared_ptr<const std::vector<plan::SafetensorsView>> shared_weights_views() const { return weights_views_; }
+  // The plain weights: the storages weights_storages() served through weights_view() at
+  // weights_path() ("<tag>/model.safetensors"); both null when they cannot be served, for
+  // weights_unavailable(). Only the view is served, so no torch.save layout is kept for them.
+  std::shared_ptr<const plan::PlannedStorages> weights_storages() const { return weights_storages_; }
+  std::shared_ptr<const plan::SafetensorsView> weights_view() const { return weights_view_; }
   const std::string& weights_path() const { return weights_path_; }
   const std::string& weights_unavailable() const { return weights_unavailable_; }
   // Shared ownership for consumers that outlive this object's scope (the FUSE contents).
@@ -68,8 +68,8 @@ class ServedCheckpoint {
   std::shared_ptr<const std::vector<plan::PlannedFile>> universal_files_;
   std::vector<std::pair<std::string, std::string>> universal_copies_;
   std::string universal_root_;
-  std::shared_ptr<const std::vector<plan::PlannedFile>> weights_files_;
-  std::shared_ptr<const std::vector<plan::SafetensorsView>> weights_views_;
+  std::shared_ptr<const plan::PlannedStorages> weights_storages_;
+  std::shared_ptr<const plan::SafetensorsView> weights_view_;
   std::string weights_path_;
   std::string weights_unavailable_;
 };

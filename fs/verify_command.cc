@@ -130,7 +130,7 @@ Result<FileCheck> CheckSafetensorsFile(const plan::SafetensorsView& view, const 
                                        const ScratchFile& scratch, uint8_t* first, uint8_t* second) {
   FileCheck check{path, view.size(), 0, {}};
   const ReadFn read = [&](uint64_t offset, uint8_t* out, size_t n) {
-    return view.Read(file, sources, offset, out, n);
+    return view.Read(file.storages(), sources, offset, out, n);
   };
   RS_ASSIGN_OR_RETURN(check.problem, ReadTwice(read, view.size(), scratch, first, second));
   if (!check.problem.empty()) return check;

@@ -1,11 +1,12 @@
 // PlannedFile: a FilePlan laid out as the exact bytes of its torch.save file, computed on read.
 //
 // Create() writes the pickle and the zip directory once (format/torch_archive_writer.h) and
-// indexes each storage's extents by destination element. Read(offset, length) then only does
-// arithmetic and copies: inline segments from memory, storage bytes with pread from the
-// universal files (plan/source_files.h) straight into `out`, zeros with memset, and fp32 ->
-// bf16/fp16 through a fixed per-thread staging buffer (view/dtype_convert.h). A read does not
-// allocate once its thread has read a converted tensor before, and takes no lock.
+// indexes each storage's extents by destination element (plan/planned_storages.h).
+// Read(offset, length) then only does arithmetic and copies: inline segments from memory,
+// storage bytes with pread from the universal files (plan/source_files.h) straight into `out`,
+// zeros with memset, and fp32 -> bf16/fp16 through a fixed per-thread staging buffer
+// (view/dtype_convert.h). A read does not allocate once its thread has read a converted tensor
+// before, and takes no lock.
 //
 // Thread safety: immutable after Create(); Read() may run concurrently from any number of
 // threads. Movable. Public header: C++17.
@@ -19,6 +20,7 @@
 #include "reshard/base/status.h"
 #include "reshard/plan/extent.h"
 #include "reshard/plan/file_plan.h"
+#include "reshard/plan/planned_storages.h"
 #include "reshard/plan/source_files.h"
 #include "reshard/view/virtual_file.h"
 
@@ -34,33 +36,26 @@ class PlannedFile {
   const std::string& path() const { return path_; }
   uint64_t size() const { return file_.size(); }
   // Bytes of tensor data (storage records) in the file, and how many of them come from sources.
-  uint64_t storage_bytes() const { return storage_bytes_; }
+  uint64_t storage_bytes() const { return storages_.storage_bytes(); }
   // Source bytes one full read of the file reads (each extent once).
-  uint64_t source_bytes() const { return source_bytes_; }
+  uint64_t source_bytes() const { return storages_.source_bytes(); }
   // The sources the file reads (indices into the plan's source table), ascending, each once:
   // what SourceFiles::CheckUnchanged is given before the file is served.
-  const std::vector<uint32_t>& sources_read() const { return sources_read_; }
+  const std::vector<uint32_t>& sources_read() const { return storages_.sources_read(); }
 
   // Copies min(length, size() - offset) bytes at `offset` into `out`; returns the count.
   // Errors: the first SourceFiles error (naming the source file).
   Result<size_t> Read(const SourceFiles& files, uint64_t offset, uint8_t* out, size_t length) const;
 
-  // Every storage, for consumers that fill buffers directly (materialize, GPU path).
-  const std::vector<StoragePlan>& storages() const { return storages_; }
-  // Bytes [offset, offset + length) of storage `index`, as they appear in the file.
-  Status ReadStorage(const SourceFiles& files, uint32_t index, uint64_t offset, uint8_t* out, size_t length) const;
+  // Every storage, numbered as in the plan, for consumers that read storages directly
+  // (the file's safetensors view).
+  const PlannedStorages& storages() const { return storages_; }
 
  private:
-  Status ReadElements(const SourceFiles& files, uint32_t index, uint64_t first, uint64_t count, uint8_t* out) const;
-
   std::string path_;
   view::VirtualFile file_;
   uint32_t first_storage_entry_ = 0;
-  std::vector<StoragePlan> storages_;
-  std::vector<std::vector<uint64_t>> extent_starts_;  // per storage: first element of each extent, then numel
-  uint64_t storage_bytes_ = 0;
-  uint64_t source_bytes_ = 0;
-  std::vector<uint32_t> sources_read_;
+  PlannedStorages storages_;
 };
 
 }  // namespace reshard::plan

@@ -84,11 +84,11 @@ Result<SafetensorsView> SafetensorsView::Create(const FilePlan& plan) {
   return view;
 }
 
-Result<size_t> SafetensorsView::Read(const PlannedFile& file, const SourceFiles& files, uint64_t offset, uint8_t* out,
-                                     size_t length) const {
+Result<size_t> SafetensorsView::Read(const PlannedStorages& storages, const SourceFiles& files, uint64_t offset,
+                                     uint8_t* out, size_t length) const {
   auto fill = [&](uint32_t tensor, uint64_t tensor_offset, uint8_t* dest, size_t n) -> Status {
     const Piece& p = pieces_[tensor];
-    return file.ReadStorage(files, p.storage, p.byte_offset + tensor_offset, dest, n);
+    return storages.Read(files, p.storage, p.byte_offset + tensor_offset, dest, n);
   };
   return file_.Read(offset, out, length, fill);
 }

@@ -8,7 +8,7 @@
 // scaler) are not tensors a safetensors reader could use and are left out; so are tensors that
 // are not contiguous. A tensor reached twice (a tied weight) appears under each name. The
 // header's __metadata__ is {"format": "pt"}. Bytes are the planned file's own storage bytes
-// (PlannedFile::ReadStorage): nothing is copied at plan time.
+// (PlannedStorages::Read): nothing is copied at plan time.
 //
 // Immutable after Create(); Read() is thread-safe. Public header: C++17.
 #pragma once
@@ -19,7 +19,7 @@
 
 #include "reshard/base/status.h"
 #include "reshard/plan/file_plan.h"
-#include "reshard/plan/planned_file.h"
+#include "reshard/plan/planned_storages.h"
 #include "reshard/plan/source_files.h"
 #include "reshard/view/virtual_file.h"
 
@@ -27,17 +27,18 @@ namespace reshard::plan {
 
 class SafetensorsView {
  public:
-  // The view of the file `plan` describes; made before the plan is handed to PlannedFile::Create
-  // (which takes its storages), so nothing is copied. Errors: a tensor whose storage the plan
-  // does not hold (kInternal); whatever LayoutSafetensors refuses.
+  // The view of the file `plan` describes; made before the plan's storages are handed to
+  // PlannedFile::Create or PlannedStorages::Create (which take them), so nothing is copied.
+  // Errors: a tensor whose storage the plan does not hold (kInternal); whatever
+  // LayoutSafetensors refuses.
   static Result<SafetensorsView> Create(const FilePlan& plan);
 
   uint64_t size() const { return file_.size(); }
   const std::vector<std::string>& names() const { return names_; }
 
-  // `file` must be the PlannedFile created from the plan given to Create (the view reads its
-  // storages, numbered as in the plan).
-  Result<size_t> Read(const PlannedFile& file, const SourceFiles& files, uint64_t offset, uint8_t* out,
+  // `storages` must be made from the storages of the plan given to Create (PlannedFile::storages()
+  // of its PlannedFile, or PlannedStorages::Create of them): the view reads them by plan number.
+  Result<size_t> Read(const PlannedStorages& storages, const SourceFiles& files, uint64_t offset, uint8_t* out,
                       size_t length) const;
 
  private:
