@@ -81,12 +81,8 @@ class SegmentBuilder {
 
   Result<view::VirtualFile> Finish() {
     Flush();
-    segments_.shrink_to_fit();
     std::vector<std::string> blobs;
-    if (!inline_.empty()) {
-      inline_.shrink_to_fit();
-      blobs.push_back(std::move(inline_));
-    }
+    if (!inline_.empty()) blobs.push_back(std::move(inline_));
     return view::VirtualFile::Create(std::move(segments_), std::move(blobs));
   }
 

@@ -77,8 +77,8 @@ Result<SafetensorsView> SafetensorsView::Create(const FilePlan& plan) {
     if (it == storage_index.end()) return Internal(plan.path + ": tensor '" + f.name + "' names an unplanned storage");
     tensors.push_back({f.name, f.tensor.dtype, f.tensor.shape});
     view.pieces_.push_back({it->second, static_cast<uint64_t>(f.tensor.storage_offset) * format::ItemSize(f.tensor.dtype)});
-    view.names_.push_back(f.name);
   }
+  view.pieces_.shrink_to_fit();
   RS_ASSIGN_OR_RETURN(format::SafetensorsLayout layout, format::LayoutSafetensors(tensors));
   view.file_ = std::move(layout.file);
   return view;

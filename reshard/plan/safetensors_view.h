@@ -34,7 +34,6 @@ class SafetensorsView {
   static Result<SafetensorsView> Create(const FilePlan& plan);
 
   uint64_t size() const { return file_.size(); }
-  const std::vector<std::string>& names() const { return names_; }
 
   // `storages` must be made from the storages of the plan given to Create (PlannedFile::storages()
   // of its PlannedFile, or PlannedStorages::Create of them): the view reads them by plan number.
@@ -49,7 +48,6 @@ class SafetensorsView {
 
   view::VirtualFile file_;
   std::vector<Piece> pieces_;  // per tensor, in the order given to LayoutSafetensors
-  std::vector<std::string> names_;
 };
 
 }  // namespace reshard::plan

@@ -61,6 +61,11 @@ Result<VirtualFile> VirtualFile::Create(std::vector<Segment> segments,
     }
     end = *next;
   }
+  // A served file lives as long as the mount: the growth slack of the builders' vectors and
+  // strings (up to half of each) is not kept with it.
+  segments.shrink_to_fit();
+  blobs.shrink_to_fit();
+  for (std::string& blob : blobs) blob.shrink_to_fit();
   return VirtualFile(std::move(segments), std::move(blobs), end);
 }
 

@@ -101,7 +101,7 @@ class VirtualFile {
   // starting where the previous one ended (gap, overlap or unsorted); an end offset past
   // UINT64_MAX; an unknown kind; a kInline segment naming a missing blob or reaching past its
   // blob's end; a kData segment whose source range overflows. An empty table is a valid empty
-  // file. Blobs not referenced by any segment are allowed.
+  // file. Blobs not referenced by any segment are allowed. The table and blobs are shrunk to fit.
   static Result<VirtualFile> Create(std::vector<Segment> segments, std::vector<std::string> blobs);
 
   // An empty file (size 0, no segments).
