@@ -23,13 +23,22 @@ size_t FdCache::DefaultCapacity() {
   return std::max<size_t>(kMinimum, static_cast<size_t>(limit.rlim_cur / 2));
 }
 
-Result<FdCache> FdCache::Create(std::vector<std::string> paths, size_t capacity) {
+Result<FdCache> FdCache::Create(const std::vector<std::string>& paths, size_t capacity) {
   FdCache out;
   out.capacity_ = std::max<size_t>(capacity, 1);
   out.identities_.reserve(paths.size());
   const bool all_fit = paths.size() <= out.capacity_;
   if (all_fit) out.pinned_.reserve(paths.size());
+  size_t total = 0;
   for (const std::string& path : paths) {
+    if (path.find('\0') != std::string::npos) return InvalidArgument("a file path holds a NUL byte");
+    total += path.size() + 1;
+  }
+  out.path_bytes_.reserve(total);
+  out.path_starts_.reserve(paths.size());
+  for (const std::string& path : paths) {
+    out.path_starts_.push_back(out.path_bytes_.size());
+    out.path_bytes_.append(path.c_str(), path.size() + 1);
     struct stat st;
     if (all_fit) {
       UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
@@ -46,7 +55,6 @@ Result<FdCache> FdCache::Create(std::vector<std::string> paths, size_t capacity)
     out.prev_.assign(paths.size(), kNone);
     out.next_.assign(paths.size(), kNone);
   }
-  out.paths_ = std::move(paths);
   return out;
 }
 
@@ -87,10 +95,10 @@ Result<FdCache::Lease> FdCache::Acquire(uint32_t file) const {
     }
   }
   // A miss: open and check outside the lock, so other files' reads never wait on this open.
-  UniqueFd fd(::open(paths_[file].c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return ErrnoError(paths_[file], errno);
+  UniqueFd fd(::open(c_path(file), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoError(path(file), errno);
   struct stat st;
-  if (::fstat(fd.get(), &st) != 0) return ErrnoError(paths_[file], errno);
+  if (::fstat(fd.get(), &st) != 0) return ErrnoError(path(file), errno);
   RS_RETURN_IF_ERROR(CheckSame(file, FileIdentity::Of(st), /*same_inode_required=*/true));
   auto opened = std::make_shared<const UniqueFd>(std::move(fd));
   // The evicted descriptor (and a duplicate open lost to a racing thread) closes after unlock.
@@ -121,15 +129,15 @@ Result<FdCache::Lease> FdCache::Acquire(uint32_t file) const {
 Status FdCache::CheckSame(uint32_t file, const FileIdentity& now, bool same_inode_required) const {
   const FileIdentity& then = identities_[file];
   if (same_inode_required && (now.dev != then.dev || now.ino != then.ino)) {
-    return IoError(paths_[file] + ": replaced since it was planned (another file is at its path now); mount again to "
+    return IoError(path(file) + ": replaced since it was planned (another file is at its path now); mount again to "
                    "serve the new checkpoint");
   }
   if (now.size != then.size) {
-    return IoError(paths_[file] + ": changed since it was opened (" + std::to_string(then.size) + " bytes, now " +
+    return IoError(path(file) + ": changed since it was opened (" + std::to_string(then.size) + " bytes, now " +
                    std::to_string(now.size) + "); mount again to serve the new checkpoint");
   }
   if (now.mtime_ns != then.mtime_ns) {
-    return IoError(paths_[file] + ": rewritten since it was opened (modification time changed); mount again to "
+    return IoError(path(file) + ": rewritten since it was opened (modification time changed); mount again to "
                    "serve the new checkpoint");
   }
   return Status::Ok();
@@ -138,10 +146,10 @@ Status FdCache::CheckSame(uint32_t file, const FileIdentity& now, bool same_inod
 Status FdCache::CheckUnchanged(uint32_t file) const {
   struct stat st;
   if (!pinned_.empty()) {
-    if (::fstat(pinned_[file].get(), &st) != 0) return ErrnoError(paths_[file], errno);
+    if (::fstat(pinned_[file].get(), &st) != 0) return ErrnoError(path(file), errno);
     return CheckSame(file, FileIdentity::Of(st), /*same_inode_required=*/false);
   }
-  if (::stat(paths_[file].c_str(), &st) != 0) return ErrnoError(paths_[file], errno);
+  if (::stat(c_path(file), &st) != 0) return ErrnoError(path(file), errno);
   return CheckSame(file, FileIdentity::Of(st), /*same_inode_required=*/true);
 }
 

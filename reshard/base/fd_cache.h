@@ -57,8 +57,9 @@ class FdCache {
   static size_t DefaultCapacity();
 
   // Opens (if all fit in `capacity`) or stats every file of `paths`, in order.
-  // Errors: kIoError naming the file (open/stat failed, e.g. ENOENT or EMFILE).
-  static Result<FdCache> Create(std::vector<std::string> paths, size_t capacity);
+  // Errors: kIoError naming the file (open/stat failed, e.g. ENOENT or EMFILE);
+  // kInvalidArgument for a path holding a NUL byte (no file has such a name).
+  static Result<FdCache> Create(const std::vector<std::string>& paths, size_t capacity);
 
   FdCache(FdCache&& other) noexcept;
   FdCache& operator=(FdCache&& other) noexcept;
@@ -66,12 +67,13 @@ class FdCache {
   FdCache& operator=(const FdCache&) = delete;
   ~FdCache();
 
-  size_t size() const { return paths_.size(); }
-  const std::string& path(uint32_t file) const { return paths_[file]; }
+  size_t size() const { return identities_.size(); }
+  // The path of file `file` as given to Create() (a copy, for messages).
+  std::string path(uint32_t file) const { return std::string(c_path(file)); }
   // The file as Create() saw it.
   const FileIdentity& identity(uint32_t file) const { return identities_[file]; }
   // True when every file stays open (no reopening, no lock).
-  bool all_open() const { return !pinned_.empty() || paths_.empty(); }
+  bool all_open() const { return !pinned_.empty() || identities_.empty(); }
 
   // A descriptor of file `file` (< size()). Errors: kIoError naming the file when it cannot be
   // reopened, or when the file now at its path is not the one Create() saw.
@@ -86,12 +88,16 @@ class FdCache {
   FdCache() = default;
 
   Status CheckSame(uint32_t file, const FileIdentity& now, bool same_inode_required) const;
+  const char* c_path(uint32_t file) const { return path_bytes_.data() + path_starts_[file]; }
   void LinkFront(uint32_t file) const;  // callers hold mutex_
   void Unlink(uint32_t file) const;     // callers hold mutex_
 
   static constexpr uint32_t kNone = UINT32_MAX;
 
-  std::vector<std::string> paths_;
+  // Every path, each ending in a NUL, in one string: a string object per path cost its header,
+  // a heap block and the block's overhead, 300,000 times for 100,000 parameters.
+  std::string path_bytes_;
+  std::vector<uint64_t> path_starts_;  // of each path in path_bytes_
   std::vector<FileIdentity> identities_;
   size_t capacity_ = 0;
   std::vector<UniqueFd> pinned_;  // all files, when they fit; empty otherwise

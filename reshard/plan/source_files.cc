@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <string_view>
 #include <unordered_map>
 
 #include "reshard/base/checked_math.h"
@@ -13,21 +14,27 @@ namespace reshard::plan {
 
 Result<SourceFiles> SourceFiles::Open(const std::vector<Source>& sources, size_t max_open_files) {
   // Sources of one file (a state dict's tensors) share its descriptor: number the distinct paths.
-  std::unordered_map<std::string, uint32_t> numbers;
+  std::unordered_map<std::string_view, uint32_t> numbers;
   std::vector<std::string> paths;
   std::vector<Entry> entries;
+  std::vector<std::shared_ptr<const std::string>> computed;
   entries.reserve(sources.size());
   for (const Source& s : sources) {
+    const auto itemsize = static_cast<uint32_t>(format::ItemSize(s.dtype));
     if (s.computed) {
-      entries.push_back(Entry{kComputed, s.data_offset, format::ItemSize(s.dtype), s.numel, s.computed});
+      if (computed.size() >= kComputedBit) return Internal("more computed sources than a plan can number");
+      entries.push_back(Entry{kComputedBit | static_cast<uint32_t>(computed.size()), itemsize, s.data_offset, s.numel});
+      computed.push_back(s.computed);
       continue;
     }
+    if (paths.size() >= kComputedBit) return Internal("more source files than a plan can number");
     const auto [it, inserted] = numbers.try_emplace(s.path, static_cast<uint32_t>(paths.size()));
     if (inserted) paths.push_back(s.path);
-    entries.push_back(Entry{it->second, s.data_offset, format::ItemSize(s.dtype), s.numel, nullptr});
+    entries.push_back(Entry{it->second, itemsize, s.data_offset, s.numel});
   }
+  numbers.clear();
   RS_ASSIGN_OR_RETURN(FdCache files,
-                      FdCache::Create(std::move(paths), max_open_files ? max_open_files : FdCache::DefaultCapacity()));
+                      FdCache::Create(paths, max_open_files ? max_open_files : FdCache::DefaultCapacity()));
   for (size_t k = 0; k < sources.size(); ++k) {
     const Source& s = sources[k];
     const uint64_t file_size = s.computed ? s.computed->size() : files.identity(entries[k].file).size;
@@ -38,19 +45,21 @@ Result<SourceFiles> SourceFiles::Open(const std::vector<Source>& sources, size_t
                      std::to_string(entries[k].itemsize) + " bytes more");
     }
   }
-  return SourceFiles(std::move(files), std::move(entries));
+  computed.shrink_to_fit();
+  return SourceFiles(std::move(files), std::move(entries), std::move(computed));
 }
 
 Status SourceFiles::ReadElements(uint32_t source, uint64_t first, uint64_t count, uint8_t* out) const {
   if (source >= entries_.size()) return OutOfRange("no source " + std::to_string(source));
   const Entry& e = entries_[source];
   if (first > e.numel || count > e.numel - first) {
-    return OutOfRange((e.computed ? "computed source " + std::to_string(source) : files_.path(e.file)) +
+    return OutOfRange(((e.file & kComputedBit) ? "computed source " + std::to_string(source) : files_.path(e.file)) +
                       ": elements [" + std::to_string(first) + ", +" + std::to_string(count) + ") past the tensor's " +
                       std::to_string(e.numel));
   }
-  if (e.computed) {  // in range: checked against the bytes at Open
-    std::memcpy(out, e.computed->data() + e.data_offset + first * e.itemsize, count * e.itemsize);
+  if (e.file & kComputedBit) {  // in range: checked against the bytes at Open
+    const std::string& bytes = *computed_[e.file & ~kComputedBit];
+    std::memcpy(out, bytes.data() + e.data_offset + first * e.itemsize, count * e.itemsize);
     return Status::Ok();
   }
   RS_ASSIGN_OR_RETURN(const FdCache::Lease lease, files_.Acquire(e.file));
@@ -78,7 +87,7 @@ Status SourceFiles::CheckUnchanged(const std::vector<uint32_t>& sources) const {
   for (const uint32_t source : sources) {
     if (source >= entries_.size()) return OutOfRange("no source " + std::to_string(source));
     const uint32_t file = entries_[source].file;
-    if (file == last_file || file == kComputed) continue;  // computed bytes cannot change
+    if (file == last_file || (file & kComputedBit)) continue;  // computed bytes cannot change
     last_file = file;
     RS_RETURN_IF_ERROR(files_.CheckUnchanged(file));
   }

@@ -140,6 +140,21 @@ TEST_CASE("FdCache: Create names a file that cannot be opened or stat'ed", "[bas
   }
 }
 
+TEST_CASE("FdCache: keeps each path as given, and refuses one with a NUL byte", "[base][fd_cache]") {
+  TempDir tmp;
+  auto paths = MakeFiles(tmp, 3);
+  for (const size_t capacity : {size_t{8}, size_t{1}}) {
+    auto cache = FdCache::Create(paths, capacity);
+    REQUIRE(cache.ok());
+    for (uint32_t k = 0; k < 3; ++k) CHECK(cache->path(k) == paths[k]);
+  }
+  // c_str() of such a path names another file (its part before the NUL): never open that one.
+  paths[1] = paths[0] + std::string(1, '\0') + "x";
+  auto cache = FdCache::Create(paths, 8);
+  REQUIRE_FALSE(cache.ok());
+  CHECK(cache.status().code() == StatusCode::kInvalidArgument);
+}
+
 TEST_CASE("FdCache: concurrent readers of more files than the budget read the right bytes", "[base][fd_cache]") {
   TempDir tmp;
   const auto paths = MakeFiles(tmp, 64);
