@@ -38,9 +38,10 @@ Result<PlannedStorages> PlannedStorages::Create(std::string name, std::vector<St
   out.storages_.reserve(storages.size());
   out.extents_.reserve(total_extents);
   out.extent_starts_.reserve(total_extents + storages.size());
-  for (StoragePlan& s : storages) {
-    out.storages_.push_back({std::move(s.key), s.dtype, s.conversion, s.numel, static_cast<uint32_t>(out.extents_.size())});
+  for (const StoragePlan& s : storages) {
+    out.storages_.push_back({s.numel, static_cast<uint32_t>(out.extents_.size()), s.dtype, s.conversion});
     const Storage& kept = out.storages_.back();
+    const auto storage_name = [&] { return "storage " + std::to_string(out.storages_.size() - 1); };
     out.storage_bytes_ += kept.nbytes();
     const format::DType want = s.conversion == Conversion::kCopy ? s.dtype : format::DType::kFloat32;
     uint64_t pos = 0;
@@ -51,12 +52,12 @@ Result<PlannedStorages> PlannedStorages::Create(std::string name, std::vector<St
       if (e.gather.zero) continue;
       if (e.source >= sources.size()) return Internal(out.name_ + ": an extent names a missing source");
       if (sources[e.source].dtype != want) {
-        return Internal(out.name_ + ": storage " + kept.key + " reads " + sources[e.source].path + " as the wrong dtype");
+        return Internal(out.name_ + ": " + storage_name() + " reads " + sources[e.source].path + " as the wrong dtype");
       }
       out.source_bytes_ += e.gather.numel() * format::ItemSize(sources[e.source].dtype);
       out.sources_read_.push_back(e.source);
     }
-    if (pos != s.numel) return Internal(out.name_ + ": storage " + kept.key + " extents do not cover it");
+    if (pos != s.numel) return Internal(out.name_ + ": " + storage_name() + " extents do not cover it");
     out.extent_starts_.push_back(pos);
   }
   std::sort(out.sources_read_.begin(), out.sources_read_.end());
@@ -95,7 +96,7 @@ Status PlannedStorages::Read(const SourceFiles& files, uint32_t index, uint64_t 
 Status PlannedStorages::ReadElements(const SourceFiles& files, uint32_t index, uint64_t first, uint64_t count,
                                      uint8_t* out) const {
   const Storage& s = storages_[index];
-  if (first > s.numel || count > s.numel - first) return OutOfRange(name_ + ": read past storage " + s.key);
+  if (first > s.numel || count > s.numel - first) return OutOfRange(name_ + ": read past storage " + std::to_string(index));
   const uint64_t item = format::ItemSize(s.dtype);
   // Storage i's starts begin after the extents of the storages before it plus one closing
   // entry for each of them.

@@ -6,7 +6,8 @@
 // alone, so no zip records or pickle are kept for it.
 //
 // Memory: the extents of all storages in one array and their first elements in another; a
-// storage keeps only its position in them (a 100,000-tensor file pays no heap block per storage).
+// storage keeps only its size, dtype and position in them (a 100,000-tensor file pays no heap
+// block per storage).
 //
 // Thread safety: immutable after Create(); reads may run concurrently from any number of
 // threads. A read allocates nothing once its thread has converted a tensor before. Movable.
@@ -28,13 +29,13 @@ namespace reshard::plan {
 
 class PlannedStorages {
  public:
-  // One storage as kept: StoragePlan without its own extent vector.
+  // One storage as kept: StoragePlan without its extent vector and its key (16 bytes; messages
+  // name a storage by its number in the plan).
   struct Storage {
-    std::string key;  // the persistent-id key the file's tree names
-    format::DType dtype = format::DType::kFloat32;
-    Conversion conversion = Conversion::kCopy;
     uint64_t numel = 0;
     uint32_t first_extent = 0;  // extents [first_extent, next storage's first_extent)
+    format::DType dtype = format::DType::kFloat32;
+    Conversion conversion = Conversion::kCopy;
 
     uint64_t nbytes() const { return numel * format::ItemSize(dtype); }
   };
