@@ -10,8 +10,10 @@
 
 namespace reshard {
 
-Result<MappedFile> MappedFile::Open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+Result<MappedFile> MappedFile::Open(const std::string& path) { return OpenAt(AT_FDCWD, path, path); }
+
+Result<MappedFile> MappedFile::OpenAt(int dir_fd, const std::string& name, std::string path) {
+  const int fd = ::openat(dir_fd, name.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
     if (err == ENOENT) return NotFound(path + ": no such file");
@@ -28,7 +30,7 @@ Result<MappedFile> MappedFile::Open(const std::string& path) {
     return InvalidArgument(path + ": not a regular file");
   }
   MappedFile file;
-  file.path_ = path;
+  file.path_ = std::move(path);
   file.size_ = static_cast<uint64_t>(st.st_size);
   if (file.size_ > 0 && file.size_ <= kReadLimit) {
     // A small file is read: mmap + munmap cost more than the copy, and both take the process's
@@ -41,8 +43,8 @@ Result<MappedFile> MappedFile::Open(const std::string& path) {
       if (n <= 0) {
         const int err = n < 0 ? errno : 0;
         ::close(fd);
-        if (err != 0) return ErrnoError(path, err);
-        return IoError(path + ": ended at byte " + std::to_string(done) + " of " + std::to_string(file.size_) +
+        if (err != 0) return ErrnoError(file.path_, err);
+        return IoError(file.path_ + ": ended at byte " + std::to_string(done) + " of " + std::to_string(file.size_) +
                        " while read (changed while opened?)");
       }
       done += static_cast<uint64_t>(n);
@@ -53,7 +55,7 @@ Result<MappedFile> MappedFile::Open(const std::string& path) {
     if (p == MAP_FAILED) {
       const int err = errno;
       ::close(fd);
-      return ErrnoError(path + ": mmap", err);
+      return ErrnoError(file.path_ + ": mmap", err);
     }
     file.data_ = static_cast<const uint8_t*>(p);
     // Indexing touches a few pages per file (zip directory, pickle). Without this hint every

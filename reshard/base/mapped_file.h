@@ -25,6 +25,10 @@ class MappedFile {
 
   // Opens and maps (or reads) `path`. An empty file maps to an empty span.
   static Result<MappedFile> Open(const std::string& path);
+  // The same for `name` inside the folder open as `dir_fd` (AT_FDCWD: the working folder), named
+  // `path` in messages and by path(). A folder of many small files is read with one path lookup
+  // each, of one component.
+  static Result<MappedFile> OpenAt(int dir_fd, const std::string& name, std::string path);
 
   MappedFile() = default;
   ~MappedFile();

@@ -36,8 +36,14 @@ const ZipRecord* FindRecord(const RecordIndex& index, const std::string& name) {
 }  // namespace
 
 Result<TorchArchive> TorchArchive::Open(const std::string& path, const PickleLimits& limits) {
+  RS_ASSIGN_OR_RETURN(MappedFile file, MappedFile::Open(path));
+  return FromFile(std::move(file), limits);
+}
+
+Result<TorchArchive> TorchArchive::FromFile(MappedFile file, const PickleLimits& limits) {
   TorchArchive a;
-  RS_ASSIGN_OR_RETURN(a.file_, MappedFile::Open(path));
+  a.file_ = std::move(file);
+  const std::string& path = a.file_.path();
   auto annotate = [&](Status s) { return std::move(s).Annotate(path); };
 
   static constexpr std::string_view kZipMagic = "PK\x03\x04";

@@ -38,6 +38,8 @@ struct ArchiveStorage {
 class TorchArchive {
  public:
   static Result<TorchArchive> Open(const std::string& path, const PickleLimits& limits = {});
+  // The same for a file opened already (MappedFile::OpenAt); messages name file.path().
+  static Result<TorchArchive> FromFile(MappedFile file, const PickleLimits& limits = {});
 
   const std::string& path() const { return file_.path(); }
   const MappedFile& file() const { return file_; }

@@ -1,13 +1,18 @@
 #include "reshard/ucp/param_state.h"
 
+#include <fcntl.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <set>
 #include <string_view>
-#include <system_error>
+#include <tuple>
 
 #include "reshard/base/checked_math.h"
+#include "reshard/base/folder_entries.h"
+#include "reshard/base/mapped_file.h"
+#include "reshard/base/unique_fd.h"
 #include "reshard/format/pickle_query.h"
 #include "reshard/format/torch_archive.h"
 #include "reshard/format/torch_tensor.h"
@@ -15,7 +20,6 @@
 namespace reshard::ucp {
 namespace {
 
-namespace fs = std::filesystem;
 using format::DescribeNode;
 using format::NodeId;
 using format::PickleTree;
@@ -114,8 +118,10 @@ Result<StateFile> ParseStateDict(const TorchArchive& archive, NodeId root) {
 }
 
 // A state file holds a bare tensor (ZeRO-3, TP=1) or a dict; MatchTensor decides which.
-Result<StateFile> ParseStateFile(const std::string& path) {
-  RS_ASSIGN_OR_RETURN(TorchArchive archive, TorchArchive::Open(path));
+// `name` is opened inside the folder open as `dir_fd`; `path` names it.
+Result<StateFile> ParseStateFile(int dir_fd, const std::string& name, const std::string& path) {
+  RS_ASSIGN_OR_RETURN(MappedFile file, MappedFile::OpenAt(dir_fd, name, path));
+  RS_ASSIGN_OR_RETURN(TorchArchive archive, TorchArchive::FromFile(std::move(file)));
   const NodeId root = archive.tree().root();
   auto parse = [&]() -> Result<StateFile> {
     RS_ASSIGN_OR_RETURN(auto tensor, format::MatchTensor(archive.tree(), root));
@@ -131,8 +137,9 @@ Result<StateFile> ParseStateFile(const std::string& path) {
 }
 
 // step.pt is saved as-is from the optimizer state: never a dict, so it has its own parser.
-Result<Step> ParseStepFile(const std::string& path) {
-  RS_ASSIGN_OR_RETURN(TorchArchive archive, TorchArchive::Open(path));
+Result<Step> ParseStepFile(int dir_fd, const std::string& name, const std::string& path) {
+  RS_ASSIGN_OR_RETURN(MappedFile file, MappedFile::OpenAt(dir_fd, name, path));
+  RS_ASSIGN_OR_RETURN(TorchArchive archive, TorchArchive::FromFile(std::move(file)));
   return ParseStep(archive, archive.tree().root());
 }
 
@@ -267,31 +274,32 @@ std::optional<std::string> DeepSpeedStateKey(const std::string& entry_name) {
 }
 
 Result<ParamEntry> IndexParamFolder(const std::string& dir, const std::string& name) {
-  std::error_code ec;
-  fs::directory_iterator it(dir, ec);
-  if (ec) return NotFound(dir + ": cannot list the parameter folder: " + ec.message());
+  const UniqueFd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir_fd.valid()) return NotFound(dir + ": cannot list the parameter folder: " + std::strerror(errno));
+  return IndexParamFolder(dir_fd.get(), dir, name);
+}
+
+Result<ParamEntry> IndexParamFolder(int dir_fd, const std::string& dir, const std::string& name) {
+  auto listed = ListFolder(dir_fd, dir);
+  if (!listed.ok()) return NotFound(dir + ": cannot list the parameter folder: " + listed.status().message());
+  std::vector<FolderEntry>& entries = *listed;
   // Directory order is arbitrary; sorting keeps the index (and its first error) deterministic.
-  std::vector<std::pair<std::string, bool>> entries;  // (name, is a regular file)
-  for (; it != fs::directory_iterator(); it.increment(ec)) {
-    if (ec) return IoError(dir + ": listing the parameter folder failed: " + ec.message());
-    std::error_code type_ec;
-    entries.emplace_back(it->path().filename().string(), it->is_regular_file(type_ec) && !type_ec);
-  }
-  std::sort(entries.begin(), entries.end());
+  std::sort(entries.begin(), entries.end(),
+            [](const FolderEntry& a, const FolderEntry& b) { return std::tie(a.name, a.regular) < std::tie(b.name, b.regular); });
   // DeepSpeed opens "<key>.pt" by name, so only regular files count as existing states.
   std::set<std::string> names;
-  for (const auto& [entry, regular] : entries) {
-    if (regular) names.insert(entry);
+  for (const FolderEntry& e : entries) {
+    if (e.regular) names.insert(e.name);
   }
 
-  std::map<std::string, std::string> state_files;  // key -> path, step included
-  for (const auto& [entry, regular] : entries) {
-    const auto key = DeepSpeedStateKey(entry);
+  std::map<std::string, std::string> state_files;  // key -> file name, step included
+  for (const FolderEntry& e : entries) {
+    const auto key = DeepSpeedStateKey(e.name);
     if (!key) continue;  // DeepSpeed's loader ignores it too
-    if (regular && entry == *key + ".pt") {
-      state_files.emplace(*key, dir + "/" + entry);
-    } else if (!regular || names.count(*key + ".pt") == 0) {
-      return Corrupt(dir + "/" + entry + ": DeepSpeed's universal loader takes this entry for the state '" + *key +
+    if (e.regular && e.name == *key + ".pt") {
+      state_files.emplace(*key, e.name);
+    } else if (!e.regular || names.count(*key + ".pt") == 0) {
+      return Corrupt(dir + "/" + e.name + ": DeepSpeed's universal loader takes this entry for the state '" + *key +
                      "' and would fail to load '" + *key + ".pt' (rename or remove it)");
     }
   }
@@ -304,17 +312,19 @@ Result<ParamEntry> IndexParamFolder(const std::string& dir, const std::string& n
   out.dir = dir;
   // fp32.pt is the reference the other states are compared with (it is the one every loader
   // reads, and the one the converter also writes for module entries without optimizer state).
-  RS_ASSIGN_OR_RETURN(const StateFile fp32, ParseStateFile(state_files.at(std::string(kFp32Key))));
-  for (const auto& [key, path] : state_files) {
+  const std::string fp32_file = state_files.at(std::string(kFp32Key));
+  RS_ASSIGN_OR_RETURN(const StateFile fp32, ParseStateFile(dir_fd, fp32_file, dir + "/" + fp32_file));
+  for (const auto& [key, file] : state_files) {
+    const std::string path = dir + "/" + file;
     if (key == kStepKey) {
-      RS_ASSIGN_OR_RETURN(out.step, ParseStepFile(path));
+      RS_ASSIGN_OR_RETURN(out.step, ParseStepFile(dir_fd, file, path));
       continue;
     }
     if (key == kFp32Key) {
       out.states.emplace(key, fp32.tensor);
       continue;
     }
-    RS_ASSIGN_OR_RETURN(const StateFile f, ParseStateFile(path));
+    RS_ASSIGN_OR_RETURN(const StateFile f, ParseStateFile(dir_fd, file, path));
     RS_RETURN_IF_ERROR(CheckAgrees(dir, key, f, fp32));
     out.states.emplace(key, f.tensor);
   }

@@ -140,6 +140,10 @@ struct ParamEntry {
 // Indexes the parameter folder `dir` (…/zero/<name>). Fills everything above the "where the
 // source run kept it" block. Errors: see the file comment.
 Result<ParamEntry> IndexParamFolder(const std::string& dir, const std::string& name);
+// The same for the folder open as `dir_fd` (O_RDONLY | O_DIRECTORY; the caller keeps it, and it is
+// listed from its current position, so a fresh descriptor): its files are opened relative to it,
+// `dir` names them in messages and in the StateTensor paths.
+Result<ParamEntry> IndexParamFolder(int dir_fd, const std::string& dir, const std::string& name);
 
 // The state key DeepSpeed's loader derives from a directory entry name: the group of
 // `re.search(r'(.+).pt', name)` (greedy, from the first character), or std::nullopt when the

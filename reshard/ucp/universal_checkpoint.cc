@@ -1,6 +1,10 @@
 #include "reshard/ucp/universal_checkpoint.h"
 
+#include <fcntl.h>
+
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <regex>
 
 #include <algorithm>
@@ -12,6 +16,7 @@
 
 #include "reshard/base/checked_math.h"
 #include "reshard/base/parallel_for.h"
+#include "reshard/base/unique_fd.h"
 #include "reshard/format/pickle_query.h"
 #include "reshard/ucp/checkpoint_fields.h"
 
@@ -297,10 +302,16 @@ Status UniversalCheckpoint::IndexParams(const std::string& zero_dir) {
   auto index_listed = [&](size_t k) -> Status {
     const std::string& name = *order[k].name;
     const std::string dir = zero_dir + "/" + name;
-    if (!IsDir(dir)) {
-      return NotFound(dir + ": missing, but param_shapes of " + model_states_.front().name + " lists '" + name + "'");
+    // One open of the folder: its files are opened relative to it, and a missing folder shows here.
+    const UniqueFd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!dir_fd.valid()) {
+      const int err = errno;
+      if (err == ENOENT || err == ENOTDIR) {
+        return NotFound(dir + ": missing, but param_shapes of " + model_states_.front().name + " lists '" + name + "'");
+      }
+      return NotFound(dir + ": cannot list the parameter folder: " + std::strerror(err));
     }
-    RS_ASSIGN_OR_RETURN(ParamEntry entry, IndexParamFolder(dir, name));
+    RS_ASSIGN_OR_RETURN(ParamEntry entry, IndexParamFolder(dir_fd.get(), dir, name));
     entry.listed = true;
     entry.source_group = order[k].group;
     for (int32_t t = 0; t < tp_degree_; ++t) {
