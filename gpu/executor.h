@@ -66,6 +66,9 @@ class Executor {
   uint64_t chunk_count() const { return work_.size(); }
   uint64_t bytes_to_read() const { return bytes_to_read_; }
   uint64_t bytes_to_copy() const { return bytes_to_copy_; }
+  // The sequential reads Run() makes (file indices name files()), in schedule order.
+  const std::vector<ChunkWork>& chunks() const { return work_; }
+  const SourceFileTable& files() const { return files_; }
 
  private:
   struct ZeroOp {

@@ -34,6 +34,9 @@ class SourceFileTable {
   // Reads [offset, offset + length) of file `file`. Errors: kIoError naming the file and offset
   // (pread failed, or the file ends early: truncated after the plan).
   Status Read(uint32_t file, uint64_t offset, uint64_t length, uint8_t* out) const;
+  // The path of file `file` (< the number of files added), and whether it is computed (in memory).
+  const std::string& path(uint32_t file) const { return paths_[file]; }
+  bool computed(uint32_t file) const { return computed_[file] != nullptr; }
 
  private:
   std::vector<UniqueFd> files_;

@@ -3,9 +3,10 @@
 // Python sees RankPlan: the tensors one target rank's engine holds (plan/
 // rank_state_plan.h) and fill(), which runs gpu::Executor into caller-owned buffers given as
 // (kind, index, address, nbytes) tuples, kind "fp32" | "exp_avg" | "exp_avg_sq" (flat index) or
-// "lp" (lp parameter index); and NodeRestore: the same for one rank of a node restoring
-// cooperatively (gpu/node_executor.h), whose read_round / unpack_round surround the caller's
-// all-to-all. Addresses are raw data pointers (torch's Tensor.data_ptr()); the
+// "lp" (lp parameter index), through the backend "host", "cuda" or "discard" (reads only, for
+// benchmarks), and chunks(), the reads fill() makes (scripts/bench_restore.py); and NodeRestore: the same for
+// one rank of a node restoring cooperatively (gpu/node_executor.h), whose read_round /
+// unpack_round surround the caller's all-to-all. Addresses are raw data pointers (torch's Tensor.data_ptr()); the
 // caller keeps those tensors alive and unaliased for the call. The extension does not link
 // LibTorch: pointers are all the executor needs, and a libtorch-free module keeps the CPU build
 // independent of the pinned torch's CUDA flavour and C++ ABI.
@@ -26,6 +27,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gpu/discard_backend.h"
 #include "gpu/executor.h"
 #include "gpu/host_backend.h"
 #include "gpu/node_executor.h"
@@ -150,13 +152,14 @@ std::vector<std::tuple<const plan::StoragePlan*, size_t, void*>> CheckBuffers(co
 
 std::unique_ptr<CopyBackend> MakeBackend(const std::string& name, int device) {
   if (name == "host") return std::make_unique<HostBackend>();
+  if (name == "discard") return std::make_unique<DiscardBackend>();
 #ifdef RESHARDFS_WITH_CUDA
   if (name == "cuda") return std::make_unique<CudaBackend>(device);
 #else
   (void)device;
   if (name == "cuda") Throw(Unsupported("this reshardfs extension was built without CUDA (RESHARDFS_CUDA=OFF)"));
 #endif
-  Throw(InvalidArgument("unknown backend '" + name + "' (host or cuda)"));
+  Throw(InvalidArgument("unknown backend '" + name + "' (host, cuda or discard)"));
 }
 
 py::dict StatsDict(const ExecutorStats& s) {
@@ -183,12 +186,7 @@ class RankPlan {
 
   py::dict Fill(const Buffers& buffers, const std::string& backend_name, size_t lanes, uint64_t chunk_bytes,
                 int device) const {
-    std::vector<Destination> dests;
-    for (const auto& [storage, position, address] : CheckBuffers(plan_, buffers)) dests.push_back({storage, address});
-    ExecutorOptions options;
-    options.lanes = lanes;
-    options.chunk_bytes = chunk_bytes;
-    Executor executor = Unwrap(Executor::Create(plan_.sources, dests, options));
+    const Executor executor = Schedule(buffers, lanes, chunk_bytes);
     std::unique_ptr<CopyBackend> backend = MakeBackend(backend_name, device);
     Result<ExecutorStats> stats = Status();
     {
@@ -198,7 +196,28 @@ class RankPlan {
     return StatsDict(Unwrap(std::move(stats)));
   }
 
+  // The sequential reads fill() would make, as (path, offset, length, computed) in schedule order
+  // (computed: the bytes are in memory, not in the file at path). For benchmarks.
+  std::vector<std::tuple<std::string, uint64_t, uint64_t, bool>> Chunks(const Buffers& buffers, size_t lanes,
+                                                                        uint64_t chunk_bytes) const {
+    const Executor executor = Schedule(buffers, lanes, chunk_bytes);
+    std::vector<std::tuple<std::string, uint64_t, uint64_t, bool>> out;
+    for (const ChunkWork& c : executor.chunks()) {
+      out.emplace_back(executor.files().path(c.file), c.offset, c.length, executor.files().computed(c.file));
+    }
+    return out;
+  }
+
  private:
+  Executor Schedule(const Buffers& buffers, size_t lanes, uint64_t chunk_bytes) const {
+    std::vector<Destination> dests;
+    for (const auto& [storage, position, address] : CheckBuffers(plan_, buffers)) dests.push_back({storage, address});
+    ExecutorOptions options;
+    options.lanes = lanes;
+    options.chunk_bytes = chunk_bytes;
+    return Unwrap(Executor::Create(plan_.sources, dests, options));
+  }
+
   plan::RankStatePlan plan_;
 };
 
@@ -298,7 +317,9 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("flats", &RankPlan::flats)
       .def_property_readonly("lp_params", &RankPlan::lp_params)
       .def("fill", &RankPlan::Fill, py::arg("buffers"), py::arg("backend") = "host", py::arg("lanes") = 4,
-           py::arg("chunk_bytes") = uint64_t{8} << 20, py::arg("device") = 0);
+           py::arg("chunk_bytes") = uint64_t{8} << 20, py::arg("device") = 0)
+      .def("chunks", &RankPlan::Chunks, py::arg("buffers"), py::arg("lanes") = 4,
+           py::arg("chunk_bytes") = uint64_t{8} << 20);
   using reshard::gpu::NodeRestore;
   py::class_<NodeRestore>(m, "NodeRestore")
       .def(py::init<const std::string&, const std::string&, int, int, const std::vector<std::pair<int, int>>&, size_t,

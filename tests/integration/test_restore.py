@@ -5,7 +5,8 @@ Two kinds of check, both exact (tensors bit for bit, torch.equal on their bytes)
 - test_fill_equals_served_files[<case>] (no DeepSpeed process): for every target rank, reshardfs._C.RankPlan.fill
   writes the rank's flat fp32 partitions, exp_avg, exp_avg_sq and (ZeRO-1/2) lp weights into fresh CPU tensors with
   the host backend, through small staging chunks so reads are split and merged; they must equal the tensors of
-  the files `reshardfs materialize` writes for that layout (what the mount serves). Cases cover ZeRO-1 -> ZeRO-2
+  the files `reshardfs materialize` writes for that layout (what the mount serves); the "discard" backend of
+  scripts/bench_restore.py makes the same reads (RankPlan.chunks lists them) and writes nothing. Cases cover ZeRO-1 -> ZeRO-2
   with DP 2 -> 4 and bf16 lp weights, ZeRO-3 DP 2 -> 4, and TP 2 -> 1 and 2 -> 2 (DP 1 -> 2) of the tiny AutoTP
   Llama.
 - test_restore_matches_load_universal[<case>]: `dp` CPU ranks (gloo) build the target engine, call
@@ -126,9 +127,15 @@ def test_fill_equals_served_files(layout: str, reshardfs_c: Any, reshardfs: Path
                 t = torch.full(param["shape"], float("nan"), dtype=LP_DTYPES[lp])
                 lps.append((param["name"], t))
                 buffers.append(("lp", i, t.data_ptr(), t.numel() * t.element_size()))
+            # scripts/bench_restore.py's ceiling: the same reads, and no byte written.
+            discarded = plan.fill(buffers, backend="discard", lanes=3, chunk_bytes=256)
+            assert all(torch.isnan(t).all() for t in [*(t for ts in flats for t in ts), *(t for _, t in lps)])
             # 256-byte chunks: every tensor is split over several reads, and neighbouring pieces are merged.
             stats = plan.fill(buffers, backend="host", lanes=3, chunk_bytes=256)
             assert stats["chunks"] > len(plan.flats), stats
+            assert (discarded["chunks"], discarded["bytes_read"]) == (stats["chunks"], stats["bytes_read"])
+            chunks = plan.chunks(buffers, lanes=3, chunk_bytes=256)
+            assert len(chunks) == stats["chunks"] and sum(length for _, _, length, _ in chunks) == stats["bytes_read"]
             filled_bytes += stats["bytes_copied"]
 
             expected_flats, module = served_tensors(out, stage, tp_rank, dp_rank, lp)

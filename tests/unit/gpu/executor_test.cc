@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu/discard_backend.h"
 #include "gpu/host_backend.h"
 #include "gpu/node_executor.h"
 #include "reshard/view/dtype_convert.h"
@@ -131,6 +132,33 @@ TEST_CASE("executor copies strided gathers, zeros and shared source bytes exactl
       }
     }
   }
+}
+
+TEST_CASE("discard backend: the same reads as a host fill, and no destination byte written", "[executor]") {
+  SourceFile f;
+  const StoragePlan mixed = plan::MakeStoragePlan("mixed", format::DType::kFloat32, Conversion::kCopy, Mixed());
+  ExecutorOptions options;
+  options.chunk_bytes = 4096;
+  options.lanes = 2;
+  std::vector<float> hosted(mixed.numel, -1.0f), discarded(mixed.numel, -1.0f);
+  auto host = Executor::Create(f.sources(), {{&mixed, hosted.data()}}, options);
+  auto discard = Executor::Create(f.sources(), {{&mixed, discarded.data()}}, options);
+  REQUIRE(host.ok());
+  REQUIRE(discard.ok());
+  HostBackend host_backend;
+  DiscardBackend discard_backend;
+  auto host_stats = host->Run(host_backend);
+  auto discard_stats = discard->Run(discard_backend);
+  REQUIRE(host_stats.ok());
+  REQUIRE(discard_stats.ok());
+  CHECK(discard_stats->chunks == host_stats->chunks);
+  CHECK(discard_stats->bytes_read == host_stats->bytes_read);
+  CHECK(SameBits(hosted, Expected(f, mixed.extents)));
+  CHECK(SameBits(discarded, std::vector<float>(mixed.numel, -1.0f)));  // zero fills skipped too
+
+  // It does read: a file cut short after the plan fails the fill.
+  REQUIRE(::truncate(f.path().c_str(), static_cast<off_t>(kOffsetB + 10)) == 0);
+  CHECK(discard->Run(discard_backend).status().code() == StatusCode::kIoError);
 }
 
 TEST_CASE("executor rounds fp32 to bf16 and fp16 like dtype_convert", "[executor]") {
