@@ -27,6 +27,7 @@ back in after the drop (tens of MB).
 
   python scripts/bench_resume.py [--size-gb 1] [--dp 4] [--stages 1,3] [--ways mount,universal,restore]
                                  [--caches cold,warm] [--out build/bench_resume.md] [--workdir DIR]
+                                 [--restore-chunk-bytes N]
 """
 
 from __future__ import annotations
@@ -130,7 +131,7 @@ def worker(args: argparse.Namespace) -> None:
     start = time.perf_counter()
     if args.way == "restore":
         import reshardfs
-        reshardfs.restore(engine, args.checkpoint)
+        reshardfs.restore(engine, args.checkpoint, chunk_bytes=args.restore_chunk_bytes)
     else:
         path, _ = engine.load_checkpoint(args.checkpoint)
         assert path is not None, f"load_checkpoint({args.checkpoint}) loaded nothing"
@@ -220,6 +221,8 @@ def launch(args, way: str, stage: int, cold: bool, checkpoint: Path, model_confi
            str(checkpoint), "--model-config", str(model_config), "--device", device, "--out", str(out)]
     if cold:
         cmd.append("--cold")
+    if args.restore_chunk_bytes:
+        cmd += ["--restore-chunk-bytes", str(args.restore_chunk_bytes)]
     with open(out / "ranks.log", "w") as log_file:
         result = subprocess.run(cmd, env=env, stdout=log_file, stderr=subprocess.STDOUT, timeout=1800, check=False)
     if result.returncode != 0:
@@ -389,6 +392,7 @@ def main() -> None:
     ap.add_argument("--caches", type=lambda s: s.split(","), default=["cold", "warm"])
     ap.add_argument("--workdir", default="/var/tmp/reshardfs-bench")
     ap.add_argument("--port", type=int, default=29561)
+    ap.add_argument("--restore-chunk-bytes", type=int, help="reshardfs.restore's chunk_bytes (default: its own)")
     args = ap.parse_args()
     if args.worker:
         worker(args)
