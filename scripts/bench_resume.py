@@ -131,7 +131,8 @@ def worker(args: argparse.Namespace) -> None:
     start = time.perf_counter()
     if args.way == "restore":
         import reshardfs
-        reshardfs.restore(engine, args.checkpoint, chunk_bytes=args.restore_chunk_bytes)
+        chunk = {"chunk_bytes": args.restore_chunk_bytes} if args.restore_chunk_bytes else {}
+        reshardfs.restore(engine, args.checkpoint, **chunk)
     else:
         path, _ = engine.load_checkpoint(args.checkpoint)
         assert path is not None, f"load_checkpoint({args.checkpoint}) loaded nothing"
