@@ -49,6 +49,10 @@ class CopyBackend {
   // Performs `count` copies out of `base`, memory the backend addresses like its destinations (a
   // received exchange buffer), and returns once they have landed. Caller's thread.
   virtual Status ScatterFrom(const uint8_t* base, const CopyOp* ops, size_t count) = 0;
+  // Whether destinations are memory the reading thread can pread into. Then a chunk whose copies
+  // are all plain and disjoint is read straight into them (one preadv), with no staging and no
+  // Scatter. The host backend: yes; device memory: no.
+  virtual bool ReadsIntoDestinations() const { return false; }
   // Zero-fills `nbytes` at `dest` (padding).
   virtual Status Zero(void* dest, uint64_t nbytes) = 0;
   // Blocks until everything queued has landed, and reports the first asynchronous error.

@@ -38,7 +38,12 @@ Result<Executor> Executor::Create(const std::vector<plan::Source>& sources, cons
     }
     ex.bytes_to_read_ += c.length;
   }
-  for (const Chunk& c : chunks) ex.work_.push_back({c.file, c.offset, c.length, ex.ops_.data() + c.first_piece, c.piece_count});
+  for (const Chunk& c : chunks) {
+    const CopyOp* ops = ex.ops_.data() + c.first_piece;
+    const bool direct = DirectReadable(ops, c.piece_count);
+    ex.work_.push_back({c.file, c.offset, c.length, ops, c.piece_count, direct});
+    if (direct) ex.bytes_direct_ += c.length;
+  }
   return ex;
 }
 
@@ -54,6 +59,7 @@ Result<ExecutorStats> Executor::Run(CopyBackend& backend) const {
   ExecutorStats stats;
   stats.chunks = work_.size();
   stats.bytes_read = bytes_to_read_;
+  stats.bytes_read_direct = backend.ReadsIntoDestinations() ? bytes_direct_ : 0;
   stats.bytes_copied = bytes_to_copy_;
   stats.bytes_zeroed = bytes_to_zero_;
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

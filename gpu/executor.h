@@ -9,7 +9,9 @@
 //
 // Run() executes the schedule on `lanes` reader threads: each lane takes the next chunk, preads
 // it into one of its two staging slots and hands the chunk's copies to the backend, then reads
-// the next chunk into its other slot while those copies drain (double buffering). It returns
+// the next chunk into its other slot while those copies drain (double buffering). A chunk of
+// plain, disjoint copies is read with one preadv straight into its destinations instead when the
+// backend's destinations are host memory (HostBackend): no staging copy. It returns
 // once the backend has finished everything, or with the first error (the destinations then hold
 // an unspecified mix).
 //
@@ -45,6 +47,7 @@ struct ExecutorOptions {
 struct ExecutorStats {
   uint64_t chunks = 0;
   uint64_t bytes_read = 0;      // source bytes read, gaps included
+  uint64_t bytes_read_direct = 0;  // of those, read straight into the destinations (no staging copy)
   uint64_t bytes_copied = 0;    // source bytes scattered (counted once per destination)
   uint64_t bytes_zeroed = 0;
   double seconds = 0;
@@ -84,6 +87,7 @@ class Executor {
   std::vector<ChunkWork> work_;
   std::vector<ZeroOp> zeros_;
   uint64_t bytes_to_read_ = 0;
+  uint64_t bytes_direct_ = 0;  // bytes of direct chunks (ChunkWork::direct)
   uint64_t bytes_to_copy_ = 0;
   uint64_t bytes_to_zero_ = 0;
 };

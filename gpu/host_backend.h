@@ -22,6 +22,7 @@ class HostBackend final : public CopyBackend {
   Status WaitSlot(size_t, int) override { return Status(); }
   Status Scatter(size_t lane, int slot, const CopyOp* ops, size_t count) override;
   Status ScatterFrom(const uint8_t* base, const CopyOp* ops, size_t count) override;
+  bool ReadsIntoDestinations() const override { return true; }
   Status Zero(void* dest, uint64_t nbytes) override;
   Status Finish() override { return Status(); }
 

@@ -1,7 +1,9 @@
 #include "gpu/read_schedule.h"
 
 #include <fcntl.h>
+#include <limits.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -85,6 +87,62 @@ Status SourceFileTable::Read(uint32_t file, uint64_t offset, uint64_t length, ui
     done += static_cast<uint64_t>(n);
   }
   return Status();
+}
+
+Status SourceFileTable::ReadInto(uint32_t file, uint64_t offset, uint64_t length, const CopyOp* ops, size_t count,
+                                 uint8_t* scratch, std::vector<struct iovec>& iov) const {
+  if (const std::shared_ptr<const std::string>& bytes = computed_[file]) {
+    if (offset > bytes->size() || length > bytes->size() - offset) {
+      return OutOfRange(paths_[file] + ": bytes [" + std::to_string(offset) + ", +" + std::to_string(length) +
+                        ") past its " + std::to_string(bytes->size()) + " computed bytes");
+    }
+    for (size_t i = 0; i < count; ++i) {
+      std::memcpy(ops[i].dest, bytes->data() + offset + ops[i].staging_offset, ops[i].source_bytes);
+    }
+    return Status();
+  }
+  iov.clear();
+  uint64_t at = 0;  // chunk bytes laid out so far
+  for (size_t i = 0; i < count; ++i) {
+    if (ops[i].staging_offset > at) iov.push_back({scratch, ops[i].staging_offset - at});
+    iov.push_back({ops[i].dest, ops[i].source_bytes});
+    at = ops[i].staging_offset + ops[i].source_bytes;
+  }
+  if (at < length) iov.push_back({scratch, length - at});
+  // preadv may stop early (a signal, a file cut short): go on from the first unfinished buffer.
+  uint64_t done = 0;
+  size_t first = 0;
+  while (done < length) {
+    const ssize_t n = ::preadv(files_[file].get(), iov.data() + first, static_cast<int>(iov.size() - first),
+                               static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoError("preadv " + paths_[file] + " at byte " + std::to_string(offset + done), errno);
+    if (n == 0) {
+      return IoError(paths_[file] + ": the file ends before byte " + std::to_string(offset + length) +
+                     " (truncated after the plan was made?)");
+    }
+    done += static_cast<uint64_t>(n);
+    for (uint64_t left = static_cast<uint64_t>(n); left > 0;) {
+      struct iovec& v = iov[first];
+      const uint64_t take = std::min<uint64_t>(left, v.iov_len);
+      v.iov_base = static_cast<uint8_t*>(v.iov_base) + take;
+      v.iov_len -= take;
+      left -= take;
+      if (v.iov_len == 0) ++first;
+    }
+  }
+  return Status();
+}
+
+bool DirectReadable(const CopyOp* ops, size_t count) {
+  uint64_t end = 0;
+  size_t buffers = 1;  // the tail after the last piece
+  for (size_t i = 0; i < count; ++i) {
+    if (ops[i].conversion != plan::Conversion::kCopy || ops[i].staging_offset < end) return false;
+    buffers += ops[i].staging_offset > end ? 2 : 1;
+    end = ops[i].staging_offset + ops[i].source_bytes;
+  }
+  return count > 0 && buffers <= IOV_MAX;
 }
 
 Status AppendPieces(const std::vector<plan::Source>& sources, const SourceFileTable& files,
@@ -174,13 +232,20 @@ Status RunLanes(const SourceFileTable& files, const std::vector<ChunkWork>& work
   std::atomic<bool> failed{false};
   std::mutex error_mu;
   Status first_error;
+  const bool direct = backend.ReadsIntoDestinations();
   auto lane_main = [&](size_t lane) {
     int slot = 0;
+    std::vector<struct iovec> iov;
     for (size_t i = next++; i < work.size() && !failed; i = next++) {
       const ChunkWork& c = work[i];
       Status s = backend.WaitSlot(lane, slot);
-      if (s.ok()) s = files.Read(c.file, c.offset, c.length, backend.Staging(lane, slot));
-      if (s.ok()) s = backend.Scatter(lane, slot, c.ops, c.op_count);
+      if (s.ok() && direct && c.direct) {
+        // The gaps land in the slot's staging, which nothing reads: no copy out of it follows.
+        s = files.ReadInto(c.file, c.offset, c.length, c.ops, c.op_count, backend.Staging(lane, slot), iov);
+      } else {
+        if (s.ok()) s = files.Read(c.file, c.offset, c.length, backend.Staging(lane, slot));
+        if (s.ok()) s = backend.Scatter(lane, slot, c.ops, c.op_count);
+      }
       if (!s.ok()) {
         std::lock_guard<std::mutex> lock(error_mu);
         if (first_error.ok()) first_error = std::move(s);

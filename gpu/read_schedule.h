@@ -7,6 +7,8 @@
 // only part that does I/O. Thread safety: SourceFileTable::Read may run concurrently.
 #pragma once
 
+#include <sys/uio.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -34,6 +36,12 @@ class SourceFileTable {
   // Reads [offset, offset + length) of file `file`. Errors: kIoError naming the file and offset
   // (pread failed, or the file ends early: truncated after the plan).
   Status Read(uint32_t file, uint64_t offset, uint64_t length, uint8_t* out) const;
+  // Reads [offset, offset + length) of file `file` straight into the destinations of `ops` (plain
+  // copies, sorted by staging_offset and disjoint: see DirectReadable); the bytes between them go
+  // to `scratch` (at least `length` bytes, contents discarded). `iov` is the caller's reusable
+  // vector. Errors: as Read.
+  Status ReadInto(uint32_t file, uint64_t offset, uint64_t length, const CopyOp* ops, size_t count, uint8_t* scratch,
+                  std::vector<struct iovec>& iov) const;
   // The path of file `file` (< the number of files added), and whether it is computed (in memory).
   const std::string& path(uint32_t file) const { return paths_[file]; }
   bool computed(uint32_t file) const { return computed_[file] != nullptr; }
@@ -96,11 +104,18 @@ struct ChunkWork {
   uint64_t length = 0;
   const CopyOp* ops = nullptr;
   size_t op_count = 0;
+  bool direct = false;  // DirectReadable(ops, op_count): read into the destinations when the backend can
 };
+
+// Whether a chunk's copies can be read straight into their destinations: all plain copies, in
+// staging order and disjoint (no byte feeds two destinations), and few enough pieces (with the
+// gaps between them) for one preadv.
+bool DirectReadable(const CopyOp* ops, size_t count);
 
 // Reads the chunks on min(lanes, work.size()) threads, each double-buffered through
 // backend.Staging/WaitSlot/Scatter (backend.Prepare must have been called with at least that many
-// lanes and staging of every chunk's length). Returns the first error; does not call Finish.
+// lanes and staging of every chunk's length); a direct chunk goes straight into its destinations
+// when backend.ReadsIntoDestinations(). Returns the first error; does not call Finish.
 Status RunLanes(const SourceFileTable& files, const std::vector<ChunkWork>& work, size_t lanes, CopyBackend& backend);
 
 }  // namespace reshard::gpu

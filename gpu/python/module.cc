@@ -166,6 +166,7 @@ py::dict StatsDict(const ExecutorStats& s) {
   py::dict d;
   d["chunks"] = s.chunks;
   d["bytes_read"] = s.bytes_read;
+  d["bytes_read_direct"] = s.bytes_read_direct;
   d["bytes_copied"] = s.bytes_copied;
   d["bytes_zeroed"] = s.bytes_zeroed;
   d["seconds"] = s.seconds;

@@ -161,6 +161,106 @@ TEST_CASE("discard backend: the same reads as a host fill, and no destination by
   CHECK(discard->Run(discard_backend).status().code() == StatusCode::kIoError);
 }
 
+TEST_CASE("host backend reads chunks of plain, disjoint copies straight into the destinations", "[executor]") {
+  SourceFile f;
+  // One storage, no byte read twice (Mixed() reads part of A twice): every chunk is direct, the
+  // gaps between rows included.
+  ExtentList disjoint;
+  plan::AppendExtents(disjoint, 0, {Gather::Source(15, 20, 60, 50)});
+  plan::AppendZeros(disjoint, 33);
+  plan::AppendExtents(disjoint, 1, {Gather::Source(0, kB)});
+  const StoragePlan mixed = plan::MakeStoragePlan("mixed", format::DType::kFloat32, Conversion::kCopy, disjoint);
+  for (const uint64_t chunk : {uint64_t{128}, uint64_t{4096}, uint64_t{8} << 20}) {
+    for (const uint64_t gap : {uint64_t{0}, uint64_t{1} << 20}) {
+      for (const size_t lanes : {size_t{1}, size_t{3}}) {
+        CAPTURE(chunk, gap, lanes);
+        std::vector<float> out(mixed.numel, -1.0f);
+        ExecutorOptions options;
+        options.chunk_bytes = chunk;
+        options.max_gap_bytes = gap;
+        options.lanes = lanes;
+        auto ex = Executor::Create(f.sources(), {{&mixed, out.data()}}, options);
+        REQUIRE(ex.ok());
+        HostBackend backend;
+        auto stats = ex->Run(backend);
+        REQUIRE(stats.ok());
+        CHECK(SameBits(out, Expected(f, mixed.extents)));
+        CHECK(stats->bytes_read_direct == stats->bytes_read);
+      }
+    }
+  }
+
+  // A bf16 copy of bytes an fp32 storage reads too: those chunks go through staging.
+  ExtentList run;
+  plan::AppendExtents(run, 0, {Gather::Source(0, kA)});
+  const StoragePlan fp32 = plan::MakeStoragePlan("fp32", format::DType::kFloat32, Conversion::kCopy, run);
+  const StoragePlan bf16 = plan::MakeStoragePlan("bf16", format::DType::kBFloat16, Conversion::kFp32ToBf16, run);
+  ExtentList tail;
+  plan::AppendExtents(tail, 1, {Gather::Source(0, kB)});
+  const StoragePlan b = plan::MakeStoragePlan("b", format::DType::kFloat32, Conversion::kCopy, tail);
+  std::vector<float> got_fp32(kA), got_b(kB);
+  std::vector<uint16_t> got_bf16(kA), want_bf16(kA);
+  ExecutorOptions options;
+  options.chunk_bytes = 4096;
+  options.max_gap_bytes = 0;
+  auto ex = Executor::Create(f.sources(), {{&fp32, got_fp32.data()}, {&bf16, got_bf16.data()}, {&b, got_b.data()}},
+                             options);
+  REQUIRE(ex.ok());
+  HostBackend backend;
+  auto stats = ex->Run(backend);
+  REQUIRE(stats.ok());
+  CHECK(SameBits(got_fp32, f.a()));
+  CHECK(SameBits(got_b, f.b()));
+  view::Float32ToBFloat16(f.a().data(), want_bf16.data(), kA);
+  CHECK(got_bf16 == want_bf16);
+  CHECK(stats->bytes_read_direct > 0);
+  CHECK(stats->bytes_read_direct < stats->bytes_read);
+
+  // A computed source: the direct copies come from its bytes in memory.
+  auto bytes = std::make_shared<std::string>(8, 'x');
+  bytes->append(reinterpret_cast<const char*>(f.b().data()), kB * 4);
+  const std::vector<Source> computed = {Source{"/nonexistent/computed", 8, format::DType::kFloat32, kB, bytes}};
+  ExtentList rows;
+  plan::AppendExtents(rows, 0, {Gather::Source(3, 10, 20, 30)});
+  const StoragePlan strided = plan::MakeStoragePlan("strided", format::DType::kFloat32, Conversion::kCopy, rows);
+  std::vector<float> got(strided.numel), want;
+  for (uint64_t r = 0; r < 20; ++r) {
+    for (uint64_t k = 0; k < 10; ++k) want.push_back(f.b()[3 + r * 30 + k]);
+  }
+  auto from_memory = Executor::Create(computed, {{&strided, got.data()}}, options);
+  REQUIRE(from_memory.ok());
+  auto memory_stats = from_memory->Run(backend);
+  REQUIRE(memory_stats.ok());
+  CHECK(memory_stats->bytes_read_direct == memory_stats->bytes_read);
+  CHECK(SameBits(got, want));
+
+  // A file cut short after the plan fails a direct read as it fails a staged one.
+  std::vector<float> out(mixed.numel);
+  auto cut = Executor::Create(f.sources(), {{&mixed, out.data()}}, options);
+  REQUIRE(cut.ok());
+  REQUIRE(::truncate(f.path().c_str(), static_cast<off_t>(kOffsetB + 10)) == 0);
+  auto failed = cut->Run(backend);
+  REQUIRE(failed.status().code() == StatusCode::kIoError);
+  CHECK_THAT(failed.status().message(), Catch::Contains("truncated after the plan was made"));
+}
+
+TEST_CASE("DirectReadable: plain, ordered, disjoint copies that fit one preadv", "[executor]") {
+  std::vector<float> sink(4);
+  auto op = [&](uint64_t at, uint64_t n, Conversion c = Conversion::kCopy) { return CopyOp{at, n, sink.data(), c}; };
+  const std::vector<CopyOp> gaps = {op(0, 8), op(8, 8), op(64, 4)};
+  CHECK(DirectReadable(gaps.data(), gaps.size()));
+  const std::vector<CopyOp> overlap = {op(0, 8), op(4, 8)};
+  CHECK_FALSE(DirectReadable(overlap.data(), overlap.size()));
+  const std::vector<CopyOp> converted = {op(0, 8), op(8, 8, Conversion::kFp32ToBf16)};
+  CHECK_FALSE(DirectReadable(converted.data(), converted.size()));
+  CHECK_FALSE(DirectReadable(nullptr, 0));
+  std::vector<CopyOp> many;  // a gap before each: two buffers a piece, past IOV_MAX
+  for (uint64_t i = 0; i < 600; ++i) many.push_back(op(i * 16 + 8, 4));
+  CHECK_FALSE(DirectReadable(many.data(), many.size()));
+  many.resize(500);
+  CHECK(DirectReadable(many.data(), many.size()));
+}
+
 TEST_CASE("executor rounds fp32 to bf16 and fp16 like dtype_convert", "[executor]") {
   SourceFile f;
   ExtentList e;
