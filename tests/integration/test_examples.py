@@ -67,3 +67,21 @@ def test_resume_benchmark_ways_load_the_same_state(reshardfs: Path, tmp_path: Pa
         (s, w) for s in ("1", "3") for w in ("mount", "universal", "restore")), out.read_text()
     assert all(r[-1].strip() == "A" for r in rows), out.read_text()
     assert out.with_suffix(".png").stat().st_size > 0
+
+
+def test_restore_benchmark_runs(reshardfs_python: Path, tmp_path: Path) -> None:
+    """scripts/bench_restore.py on a small checkpoint (one process, no DeepSpeed): a row for every rank and the
+    total, each fill reading as many bytes as the other ways and every time above zero."""
+    env = dict(os.environ, RESHARDFS_BUILD_DIR=str(reshardfs_python.parent))
+    out = tmp_path / "bench_restore.md"
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_restore.py"), "--size-gb", "0.02",
+                           "--rounds", "1", "--workdir", str(tmp_path / "work"), "--out", str(out)],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in out.read_text().splitlines()
+            if line.startswith("| ") and line[2:3].isdigit() or line.startswith("| all ")]
+    assert [r[0] for r in rows] == ["0", "1", "2", "3", "all"], out.read_text()
+    for r in rows:
+        assert float(r[2].split()[0]) > 0, r  # source MB read
+        seconds = [float(cell.split()[0]) for cell in r[4:7]]  # host, discard, memcpy
+        assert all(s > 0 for s in seconds), r
