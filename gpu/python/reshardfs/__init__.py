@@ -156,10 +156,8 @@ def restore(engine: Any, src: str | Path, model_config: str | Path | None = None
     cooperative=True: the ranks of each node (LOCAL_WORLD_SIZE consecutive ranks, as torchrun places them) read
     each source byte once between them and exchange the pieces with all-to-alls of at most `round_bytes` per
     round over a per-node process group (gloo on CPU, NCCL on GPUs). Every rank must call it then.
-    chunk_bytes: the size of one read (and of each of a lane's two staging buffers). On CPU, with the checkpoint
-    in the page cache, 2 MiB fills 1.6x faster (the copies out of staging then hit the CPU caches;
-    scripts/bench_restore.py), but reads from disk were 5-8% slower in scripts/bench_resume.py, so the default
-    stays 8 MiB.
+    chunk_bytes: the size of one read (and of each of a lane's two staging buffers); README's "Time to a resumed
+    engine" has what 2 MiB and 8 MiB measured (scripts/bench_restore.py, bench_resume.py --restore-chunk-bytes).
     Raises ValueError / NotImplementedError / FileNotFoundError / OSError with the planner's message."""
     import torch
     import torch.distributed as dist
