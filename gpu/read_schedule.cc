@@ -66,54 +66,22 @@ Status SourceFileTable::Add(const std::vector<plan::Source>& sources) {
   return Status();
 }
 
-Status SourceFileTable::Read(uint32_t file, uint64_t offset, uint64_t length, uint8_t* out) const {
-  if (const std::shared_ptr<const std::string>& bytes = computed_[file]) {
-    if (offset > bytes->size() || length > bytes->size() - offset) {
-      return OutOfRange(paths_[file] + ": bytes [" + std::to_string(offset) + ", +" + std::to_string(length) +
-                        ") past its " + std::to_string(bytes->size()) + " computed bytes");
-    }
-    std::memcpy(out, bytes->data() + offset, length);
-    return Status();
+Result<const uint8_t*> SourceFileTable::ComputedBytes(uint32_t file, uint64_t offset, uint64_t length) const {
+  const std::string& bytes = *computed_[file];
+  if (offset > bytes.size() || length > bytes.size() - offset) {
+    return OutOfRange(paths_[file] + ": bytes [" + std::to_string(offset) + ", +" + std::to_string(length) +
+                      ") past its " + std::to_string(bytes.size()) + " computed bytes");
   }
-  uint64_t done = 0;
-  while (done < length) {
-    const ssize_t n = ::pread(files_[file].get(), out + done, length - done, static_cast<off_t>(offset + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoError("pread " + paths_[file] + " at byte " + std::to_string(offset + done), errno);
-    if (n == 0) {
-      return IoError(paths_[file] + ": the file ends before byte " + std::to_string(offset + length) +
-                     " (truncated after the plan was made?)");
-    }
-    done += static_cast<uint64_t>(n);
-  }
-  return Status();
+  return reinterpret_cast<const uint8_t*>(bytes.data()) + offset;
 }
 
-Status SourceFileTable::ReadInto(uint32_t file, uint64_t offset, uint64_t length, const CopyOp* ops, size_t count,
-                                 uint8_t* scratch, std::vector<struct iovec>& iov) const {
-  if (const std::shared_ptr<const std::string>& bytes = computed_[file]) {
-    if (offset > bytes->size() || length > bytes->size() - offset) {
-      return OutOfRange(paths_[file] + ": bytes [" + std::to_string(offset) + ", +" + std::to_string(length) +
-                        ") past its " + std::to_string(bytes->size()) + " computed bytes");
-    }
-    for (size_t i = 0; i < count; ++i) {
-      std::memcpy(ops[i].dest, bytes->data() + offset + ops[i].staging_offset, ops[i].source_bytes);
-    }
-    return Status();
-  }
-  iov.clear();
-  uint64_t at = 0;  // chunk bytes laid out so far
-  for (size_t i = 0; i < count; ++i) {
-    if (ops[i].staging_offset > at) iov.push_back({scratch, ops[i].staging_offset - at});
-    iov.push_back({ops[i].dest, ops[i].source_bytes});
-    at = ops[i].staging_offset + ops[i].source_bytes;
-  }
-  if (at < length) iov.push_back({scratch, length - at});
+Status SourceFileTable::PreadAll(uint32_t file, uint64_t offset, uint64_t length, struct iovec* iov,
+                                 size_t count) const {
   // preadv may stop early (a signal, a file cut short): go on from the first unfinished buffer.
   uint64_t done = 0;
   size_t first = 0;
   while (done < length) {
-    const ssize_t n = ::preadv(files_[file].get(), iov.data() + first, static_cast<int>(iov.size() - first),
+    const ssize_t n = ::preadv(files_[file].get(), iov + first, static_cast<int>(count - first),
                                static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return ErrnoError("preadv " + paths_[file] + " at byte " + std::to_string(offset + done), errno);
@@ -132,6 +100,34 @@ Status SourceFileTable::ReadInto(uint32_t file, uint64_t offset, uint64_t length
     }
   }
   return Status();
+}
+
+Status SourceFileTable::Read(uint32_t file, uint64_t offset, uint64_t length, uint8_t* out) const {
+  if (computed_[file]) {
+    RS_ASSIGN_OR_RETURN(const uint8_t* bytes, ComputedBytes(file, offset, length));
+    std::memcpy(out, bytes, length);
+    return Status();
+  }
+  struct iovec whole = {out, length};
+  return PreadAll(file, offset, length, &whole, 1);
+}
+
+Status SourceFileTable::ReadInto(uint32_t file, uint64_t offset, uint64_t length, const CopyOp* ops, size_t count,
+                                 uint8_t* scratch, std::vector<struct iovec>& iov) const {
+  if (computed_[file]) {
+    RS_ASSIGN_OR_RETURN(const uint8_t* bytes, ComputedBytes(file, offset, length));
+    for (size_t i = 0; i < count; ++i) std::memcpy(ops[i].dest, bytes + ops[i].staging_offset, ops[i].source_bytes);
+    return Status();
+  }
+  iov.clear();
+  uint64_t at = 0;  // chunk bytes laid out so far
+  for (size_t i = 0; i < count; ++i) {
+    if (ops[i].staging_offset > at) iov.push_back({scratch, ops[i].staging_offset - at});
+    iov.push_back({ops[i].dest, ops[i].source_bytes});
+    at = ops[i].staging_offset + ops[i].source_bytes;
+  }
+  if (at < length) iov.push_back({scratch, length - at});
+  return PreadAll(file, offset, length, iov.data(), iov.size());
 }
 
 bool DirectReadable(const CopyOp* ops, size_t count) {

@@ -47,6 +47,11 @@ class SourceFileTable {
   bool computed(uint32_t file) const { return computed_[file] != nullptr; }
 
  private:
+  // The in-memory bytes [offset, offset + length) of computed file `file`, or kOutOfRange.
+  Result<const uint8_t*> ComputedBytes(uint32_t file, uint64_t offset, uint64_t length) const;
+  // preadv of `length` bytes at `offset` into iov[0, count), which it advances as bytes land.
+  Status PreadAll(uint32_t file, uint64_t offset, uint64_t length, struct iovec* iov, size_t count) const;
+
   std::vector<UniqueFd> files_;
   std::vector<std::string> paths_;
   std::vector<uint64_t> sizes_;
