@@ -17,7 +17,8 @@ engine's (fp32 partitions, exp_avg, exp_avg_sq, and at ZeRO-1/2 the bf16 weights
 
 Everything is warm: a first fill of each rank brings its files into the page cache, and every buffer is touched
 before any timing. GB/s = source bytes read / seconds (1 GB = 1e9 B), best of --rounds; host / memcpy is the ratio
-of their GB/s (the aim of issue 18: at least 0.8). Not a test: it asserts nothing. Prints a markdown table and writes it to --out.
+of their GB/s (the aim of issue 18: at least 0.8). Not a test: it asserts nothing. Prints a markdown table and
+writes it to --out.
 
   python scripts/bench_restore.py [--size-gb 1] [--dp 4] [--stage 1] [--lanes 4] [--chunk-bytes 8388608]
                                   [--rounds 5] [--out build/bench_restore.md] [--workdir /var/tmp/reshardfs-bench]
@@ -81,7 +82,8 @@ def run(args: argparse.Namespace) -> None:
     for rank in range(args.dp):
         plan = _C.RankPlan(str(ucp), config, 1, args.dp, 0, rank, "")
         bufs, keep = buffers(plan, torch)
-        first = plan.fill(bufs, backend="host", lanes=args.lanes, chunk_bytes=args.chunk_bytes)  # brings the rank's files into the page cache
+        # The first fill brings the rank's files into the page cache.
+        first = plan.fill(bufs, backend="host", lanes=args.lanes, chunk_bytes=args.chunk_bytes)
         chunks = plan.chunks(bufs, lanes=args.lanes, chunk_bytes=max(args.chunk_bytes, 8 << 20))
         if any(computed for *_, computed in chunks):
             raise RuntimeError("the plan reads computed sources: the memcpy ceiling covers files only")
@@ -95,15 +97,16 @@ def run(args: argparse.Namespace) -> None:
 
         def memcpy() -> float:
             start = time.perf_counter()
-            for n in pool.map(lambda job: os.preadv(job[0], [job[1]], job[2]), jobs):
-                if n <= 0:
-                    raise OSError("short read")
+            for (_, view, offset), n in zip(jobs, pool.map(lambda job: os.preadv(job[0], [job[1]], job[2]), jobs)):
+                if n != len(view):
+                    raise OSError(f"short read: {n} of {len(view)} bytes at byte {offset}")
             return time.perf_counter() - start
 
         best = {"host": float("inf"), "discard": float("inf"), "memcpy": float("inf")}
         for _ in range(args.rounds):
             for way in ("host", "discard"):
-                best[way] = min(best[way], plan.fill(bufs, backend=way, lanes=args.lanes, chunk_bytes=args.chunk_bytes)["seconds"])
+                filled = plan.fill(bufs, backend=way, lanes=args.lanes, chunk_bytes=args.chunk_bytes)
+                best[way] = min(best[way], filled["seconds"])
             best["memcpy"] = min(best["memcpy"], memcpy())
         rows.append({"rank": rank, "read": first["bytes_read"], "ceiling_read": ceiling_read,
                      "copied": first["bytes_copied"], "chunks": first["chunks"], **best})
@@ -121,7 +124,8 @@ def report(args: argparse.Namespace, ucp: Path, rows: list[dict]) -> None:
              "",
              f"- machine: {os.cpu_count()} CPUs, kernel {platform.release()}; 1-min load average {load:.2f} at the end",
              f"- checkpoint: {ucp.name} (synthetic Llama UCP); target TP 1 x DP {args.dp}, ZeRO-{args.stage}, bf16 "
-             f"weights; {args.lanes} lanes, {args.chunk_bytes / 2**20:g} MiB chunks; source in the page cache; best of {args.rounds} rounds",
+             f"weights; {args.lanes} lanes, {args.chunk_bytes / 2**20:g} MiB chunks; source in the page cache; "
+             f"best of {args.rounds} rounds",
              "",
              "| rank | chunks | source bytes read | bytes copied | host fill | discard | memcpy from the page cache "
              "| host / memcpy |",
