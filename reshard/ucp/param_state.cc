@@ -281,7 +281,7 @@ Result<ParamEntry> IndexParamFolder(const std::string& dir, const std::string& n
 
 Result<ParamEntry> IndexParamFolder(int dir_fd, const std::string& dir, const std::string& name) {
   auto listed = ListFolder(dir_fd, dir);
-  if (!listed.ok()) return NotFound(dir + ": cannot list the parameter folder: " + listed.status().message());
+  if (!listed.ok()) return listed.status();  // opened but not listable: kIoError "<dir>: cannot list: <reason>"
   std::vector<FolderEntry>& entries = *listed;
   // Directory order is arbitrary; sorting keeps the index (and its first error) deterministic.
   std::sort(entries.begin(), entries.end(),

@@ -20,7 +20,8 @@
 // ZeRO-3 loader reads only fp32/exp_avg/exp_avg_sq; the planner picks the states it needs.
 //
 // Errors (each message starts with the file or folder path):
-//   kNotFound     no fp32.pt; the folder cannot be listed
+//   kNotFound     no fp32.pt; the folder cannot be opened
+//   kIoError      the folder opens but cannot be listed (getdents64 fails)
 //   kUnsupported  an unknown key in a state dict (or `folding`, AutoEP+AutoTP metadata); a
 //                 tensor that is not contiguous; a dtype other than float32/bfloat16/float16/
 //                 float64; a `step` that is neither an int nor a 0-d float32/float64 tensor
