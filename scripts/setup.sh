@@ -16,7 +16,7 @@ BOOTSTRAP="$REPO/scripts/requirements-bootstrap.txt"
 REQUIREMENTS=("$BOOTSTRAP" "$REPO/scripts/requirements-torch.txt" "$REPO/scripts/requirements.txt")
 STAMP=.reshardfs-requirements.sha256
 DEB_PACKAGES=(build-essential cmake ninja-build pkg-config git libfuse3-dev fuse3 libspdlog-dev catch2
-  libcli11-dev nlohmann-json3-dev zlib1g-dev python3 python3-dev pybind11-dev)
+  libcli11-dev nlohmann-json3-dev zlib1g-dev libzstd-dev python3 python3-dev pybind11-dev)
 FUZZ_DEB_PACKAGES=(clang-16 libfuzzer-16-dev libclang-rt-16-dev)
 APT_UPDATED=0
 

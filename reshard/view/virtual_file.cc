@@ -64,9 +64,14 @@ Result<VirtualFile> VirtualFile::Create(std::vector<Segment> segments,
   // A served file lives as long as the mount: the growth slack of the builders' vectors and
   // strings (up to half of each) is not kept with it.
   segments.shrink_to_fit();
-  blobs.shrink_to_fit();
-  for (std::string& blob : blobs) blob.shrink_to_fit();
-  return VirtualFile(std::move(segments), std::move(blobs), end);
+  std::vector<CompressedBytes> held;
+  held.reserve(blobs.size());
+  for (std::string& blob : blobs) {
+    RS_ASSIGN_OR_RETURN(CompressedBytes compressed, CompressedBytes::Create(blob));
+    held.push_back(std::move(compressed));
+    std::string().swap(blob);  // the plain bytes go as soon as their compressed copy is made
+  }
+  return VirtualFile(std::move(segments), std::move(held), end);
 }
 
 Result<size_t> VirtualFile::Read(uint64_t offset, uint8_t* out, size_t length,
@@ -87,7 +92,7 @@ Result<size_t> VirtualFile::Read(uint64_t offset, uint8_t* out, size_t length,
     uint8_t* dst = out + done;
     switch (s.kind) {
       case Segment::Kind::kInline:
-        std::memcpy(dst, blobs_[s.index].data() + s.source_offset + within, n);
+        RS_RETURN_IF_ERROR(blobs_[s.index].Read(s.source_offset + within, dst, n));
         break;
       case Segment::Kind::kData:
         RS_RETURN_IF_ERROR(fill(s.index, s.source_offset + within, dst, n));

@@ -7,14 +7,17 @@
 //   | kInline: blob 2 [0, 96) | kData: record 0 [0, 4096) | kZero | kInline: blob 2 [96, 180) |
 //
 // - kInline: bytes precomputed at layout time (headers, pickles, central directories), copied
-//   from one of the file's blobs at `source_offset`.
+//   from one of the file's blobs at `source_offset`. Blobs are held compressed
+//   (base/compressed_bytes.h): a served checkpoint of 100,000 parameters computes ~80 MB of
+//   them, which zstd keeps in ~3 MB.
 // - kData: bytes computed on read (tensor data). `index` is a record id chosen by the builder
 //   (the zip writer uses the entry index, the safetensors writer the input tensor index) and
 //   `source_offset` is the offset inside that record. A DataFill supplies them.
 // - kZero: zero bytes; `index` and `source_offset` are ignored.
 //
 // Read() binary-searches the segment holding the first byte, then walks forward. It neither
-// allocates nor parses: everything was decided when the table was built ("plan once, read many").
+// allocates (but for a thread's first read of a compressed blob) nor parses: everything was
+// decided when the table was built ("plan once, read many").
 //
 // Ownership and threads: a VirtualFile owns its segments and blobs and is immutable after
 // Create(), so Read() may run concurrently from any number of threads (it is const and keeps no
@@ -30,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "reshard/base/compressed_bytes.h"
 #include "reshard/base/status.h"
 
 namespace reshard::view {
@@ -101,7 +105,8 @@ class VirtualFile {
   // starting where the previous one ended (gap, overlap or unsorted); an end offset past
   // UINT64_MAX; an unknown kind; a kInline segment naming a missing blob or reaching past its
   // blob's end; a kData segment whose source range overflows. An empty table is a valid empty
-  // file. Blobs not referenced by any segment are allowed. The table and blobs are shrunk to fit.
+  // file. Blobs not referenced by any segment are allowed. The table is shrunk to fit and the
+  // blobs compressed (kInternal if zstd fails).
   static Result<VirtualFile> Create(std::vector<Segment> segments, std::vector<std::string> blobs);
 
   // An empty file (size 0, no segments).
@@ -114,19 +119,19 @@ class VirtualFile {
   // count; returns 0 when offset >= size() or length == 0 (`out` may then be null). `out` must
   // hold `length` bytes. kData bytes come from `fill`; its first error is returned as is, and
   // `out` then holds an unspecified prefix. Thread-safe; O(log segments) plus the segments
-  // touched; never allocates.
+  // touched; allocates only on a thread's first read of a compressed blob.
   Result<size_t> Read(uint64_t offset, uint8_t* out, size_t length, const DataFill& fill) const;
 
   // The validated table, sorted by offset, and the blobs its kInline segments index.
   const std::vector<Segment>& segments() const { return segments_; }
-  const std::vector<std::string>& blobs() const { return blobs_; }
+  const std::vector<CompressedBytes>& blobs() const { return blobs_; }
 
  private:
-  VirtualFile(std::vector<Segment> segments, std::vector<std::string> blobs, uint64_t size)
+  VirtualFile(std::vector<Segment> segments, std::vector<CompressedBytes> blobs, uint64_t size)
       : segments_(std::move(segments)), blobs_(std::move(blobs)), size_(size) {}
 
   std::vector<Segment> segments_;
-  std::vector<std::string> blobs_;
+  std::vector<CompressedBytes> blobs_;
   uint64_t size_ = 0;
 };
 

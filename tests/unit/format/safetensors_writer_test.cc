@@ -26,7 +26,7 @@ Status PatternFill(uint32_t record, uint64_t offset, uint8_t* out, size_t length
 
 // The JSON text of the header, without the length prefix and trailing padding.
 std::string HeaderJson(const SafetensorsLayout& layout) {
-  const std::string& blob = layout.file.blobs()[0];
+  const std::string blob = layout.file.blobs()[0].ToString().value();
   std::string json = blob.substr(8, layout.header_size);
   while (!json.empty() && json.back() == ' ') json.pop_back();
   return json;
@@ -68,7 +68,7 @@ TEST_CASE("LayoutSafetensors: header content, padding and exact size", "[format]
         R"("b":{"dtype":"F32","shape":[2,3],"data_offsets":[8,32]},)"
         R"("a":{"dtype":"BF16","shape":[4],"data_offsets":[32,40]},)"
         R"("e":{"dtype":"F16","shape":[0,7],"data_offsets":[40,40]}})");
-  const std::string& blob = layout->file.blobs()[0];
+  const std::string blob = layout->file.blobs()[0].ToString().value();
   uint64_t n = 0;
   for (int k = 7; k >= 0; --k) n = (n << 8) | static_cast<uint8_t>(blob[k]);
   CHECK(n == layout->header_size);

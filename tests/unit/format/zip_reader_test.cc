@@ -283,7 +283,7 @@ TEST_CASE("ReadZipDirectory: zip64 archive larger than 4 GiB, as a sparse file",
   REQUIRE(ftruncate(fd, static_cast<off_t>(layout->file_size)) == 0);
   for (const view::Segment& s : layout->file.segments()) {
     if (s.kind != view::Segment::Kind::kInline) continue;
-    const std::string& blob = layout->file.blobs()[s.index];
+    const std::string blob = layout->file.blobs()[s.index].ToString().value();
     REQUIRE(pwrite(fd, blob.data() + s.source_offset, s.length, static_cast<off_t>(s.offset)) ==
             static_cast<ssize_t>(s.length));
   }
