@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <climits>
 #include <cerrno>
 #include <utility>
 
@@ -34,11 +35,12 @@ Result<FdCache> FdCache::Create(const std::vector<std::string>& paths, size_t ca
     if (path.find('\0') != std::string::npos) return InvalidArgument("a file path holds a NUL byte");
     total += path.size() + 1;
   }
-  out.path_bytes_.reserve(total);
-  out.path_starts_.reserve(paths.size());
+  std::string path_bytes;
+  path_bytes.reserve(total);
+  out.path_starts_.reserve(paths.size() + 1);
   for (const std::string& path : paths) {
-    out.path_starts_.push_back(out.path_bytes_.size());
-    out.path_bytes_.append(path.c_str(), path.size() + 1);
+    out.path_starts_.push_back(path_bytes.size());
+    path_bytes.append(path.c_str(), path.size() + 1);
     struct stat st;
     if (all_fit) {
       UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
@@ -50,6 +52,10 @@ Result<FdCache> FdCache::Create(const std::vector<std::string>& paths, size_t ca
     }
     out.identities_.push_back(FileIdentity::Of(st));
   }
+  out.path_starts_.push_back(path_bytes.size());
+  // Small chunks: a reopen decompresses one to read one path.
+  constexpr size_t kPathChunkBytes = 4096;
+  RS_ASSIGN_OR_RETURN(out.paths_, CompressedBytes::Create(path_bytes, kPathChunkBytes));
   if (!all_fit) {
     out.open_.resize(paths.size());
     out.prev_.assign(paths.size(), kNone);
@@ -61,6 +67,20 @@ Result<FdCache> FdCache::Create(const std::vector<std::string>& paths, size_t ca
 FdCache::FdCache(FdCache&& other) noexcept = default;
 FdCache& FdCache::operator=(FdCache&& other) noexcept = default;
 FdCache::~FdCache() = default;
+
+Status FdCache::CopyPath(uint32_t file, char* out, size_t capacity) const {
+  const uint64_t begin = path_starts_[file];
+  const uint64_t length = path_starts_[file + 1] - begin;  // NUL included
+  if (length > capacity) return OutOfRange("a path of " + std::to_string(length) + " bytes");
+  return paths_.Read(begin, out, static_cast<size_t>(length));
+}
+
+std::string FdCache::path(uint32_t file) const {
+  std::string out(path_starts_[file + 1] - path_starts_[file], '\0');
+  if (!CopyPath(file, out.data(), out.size()).ok()) return "file " + std::to_string(file);
+  out.pop_back();  // the NUL
+  return out;
+}
 
 void FdCache::LinkFront(uint32_t file) const {
   prev_[file] = kNone;
@@ -95,7 +115,9 @@ Result<FdCache::Lease> FdCache::Acquire(uint32_t file) const {
     }
   }
   // A miss: open and check outside the lock, so other files' reads never wait on this open.
-  UniqueFd fd(::open(c_path(file), O_RDONLY | O_CLOEXEC));
+  char name[PATH_MAX];
+  RS_RETURN_IF_ERROR(CopyPath(file, name, sizeof name));
+  UniqueFd fd(::open(name, O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) return ErrnoError(path(file), errno);
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return ErrnoError(path(file), errno);
@@ -149,7 +171,9 @@ Status FdCache::CheckUnchanged(uint32_t file) const {
     if (::fstat(pinned_[file].get(), &st) != 0) return ErrnoError(path(file), errno);
     return CheckSame(file, FileIdentity::Of(st), /*same_inode_required=*/false);
   }
-  if (::stat(c_path(file), &st) != 0) return ErrnoError(path(file), errno);
+  char name[PATH_MAX];
+  RS_RETURN_IF_ERROR(CopyPath(file, name, sizeof name));
+  if (::stat(name, &st) != 0) return ErrnoError(path(file), errno);
   return CheckSame(file, FileIdentity::Of(st), /*same_inode_required=*/true);
 }
 

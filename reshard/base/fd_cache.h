@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "reshard/base/compressed_bytes.h"
 #include "reshard/base/status.h"
 #include "reshard/base/unique_fd.h"
 
@@ -69,7 +70,7 @@ class FdCache {
 
   size_t size() const { return identities_.size(); }
   // The path of file `file` as given to Create() (a copy, for messages).
-  std::string path(uint32_t file) const { return std::string(c_path(file)); }
+  std::string path(uint32_t file) const;
   // The file as Create() saw it.
   const FileIdentity& identity(uint32_t file) const { return identities_[file]; }
   // True when every file stays open (no reopening, no lock).
@@ -88,16 +89,21 @@ class FdCache {
   FdCache() = default;
 
   Status CheckSame(uint32_t file, const FileIdentity& now, bool same_inode_required) const;
-  const char* c_path(uint32_t file) const { return path_bytes_.data() + path_starts_[file]; }
+  // Copies file `file`'s path and its NUL to `out`, which holds `capacity` bytes (PATH_MAX do:
+  // Create() opened or stat'ed every path, so none is longer). OutOfRange if it does not fit.
+  Status CopyPath(uint32_t file, char* out, size_t capacity) const;
   void LinkFront(uint32_t file) const;  // callers hold mutex_
   void Unlink(uint32_t file) const;     // callers hold mutex_
 
   static constexpr uint32_t kNone = UINT32_MAX;
 
-  // Every path, each ending in a NUL, in one string: a string object per path cost its header,
-  // a heap block and the block's overhead, 300,000 times for 100,000 parameters.
-  std::string path_bytes_;
-  std::vector<uint64_t> path_starts_;  // of each path in path_bytes_
+  // Every path, each ending in a NUL, in one compressed string: a string object per path cost its
+  // header, a heap block and the block's overhead, 300,000 times for 100,000 parameters, and the
+  // paths of one folder differ only in their last component, so they compress ~10x. Read back only
+  // to reopen a file past the budget (after an open's own cost, a few microseconds more) and
+  // for messages.
+  CompressedBytes paths_;
+  std::vector<uint64_t> path_starts_;  // of each path in paths_
   std::vector<FileIdentity> identities_;
   size_t capacity_ = 0;
   std::vector<UniqueFd> pinned_;  // all files, when they fit; empty otherwise

@@ -155,6 +155,29 @@ TEST_CASE("FdCache: keeps each path as given, and refuses one with a NUL byte", 
   CHECK(cache.status().code() == StatusCode::kInvalidArgument);
 }
 
+TEST_CASE("FdCache: many long paths, held compressed, reopen and name the right files", "[base][fd_cache]") {
+  // Parameter folders of a universal checkpoint: paths that differ in a number and a last component,
+  // spanning many of the compressed chunks the paths are held in.
+  TempDir tmp;
+  std::vector<std::string> paths;
+  for (int layer = 0; layer < 150; ++layer) {
+    const fs::path folder = tmp.path() / ("model.layers." + std::to_string(layer) + ".self_attn.q_proj.weight");
+    fs::create_directory(folder);
+    for (const char* state : {"fp32.pt", "exp_avg.pt", "exp_avg_sq.pt", "step.pt"}) {
+      paths.push_back(folder / state);
+      WriteFile(paths.back(), paths.back());
+    }
+  }
+  auto cache = FdCache::Create(paths, 4);
+  REQUIRE(cache.ok());
+  REQUIRE_FALSE(cache->all_open());
+  for (const uint32_t k : {0u, 599u, 17u, 300u, 301u, 4u, 598u}) {
+    CHECK(cache->path(k) == paths[k]);
+    CHECK(ReadThrough(*cache, k, paths[k].size()) == paths[k]);
+    CHECK(cache->CheckUnchanged(k).ok());
+  }
+}
+
 TEST_CASE("FdCache: concurrent readers of more files than the budget read the right bytes", "[base][fd_cache]") {
   TempDir tmp;
   const auto paths = MakeFiles(tmp, 64);
