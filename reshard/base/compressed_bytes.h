@@ -3,7 +3,7 @@
 //
 // A mount keeps the bytes it computed (zip records, pickles, safetensors headers) for as long as
 // it serves, and a checkpoint of 100,000 small parameters makes tens of MB of them. They are
-// names and headers that repeat with small changes, so zstd shrinks them 25-35x; served files read
+// names and headers that repeat with small changes, so zstd shrinks them 10-35x; served files read
 // them once or twice, at a few MB per file, so decompressing on read costs little.
 //
 //   bytes  | chunk 0 (chunk_bytes) | chunk 1 | ... | last chunk (may be shorter) |

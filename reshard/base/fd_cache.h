@@ -97,11 +97,11 @@ class FdCache {
 
   static constexpr uint32_t kNone = UINT32_MAX;
 
-  // Every path, each ending in a NUL, in one compressed string: a string object per path cost its
-  // header, a heap block and the block's overhead, 300,000 times for 100,000 parameters, and the
-  // paths of one folder differ only in their last component, so they compress ~10x. Read back only
-  // to reopen a file past the budget (after an open's own cost, a few microseconds more) and
-  // for messages.
+  // Every path, each ending in a NUL, in one compressed string. A string object per path cost its
+  // header, a heap block and the block's overhead, 300,000 times for 100,000 parameters; and the
+  // paths of one folder differ only in their last component, so they compress ~16x (3.5 MB to
+  // 0.21 MB for 10,002 parameters). Read back only to reopen a file past the budget (a few
+  // microseconds beside the open itself) and for messages.
   CompressedBytes paths_;
   std::vector<uint64_t> path_starts_;  // of each path in paths_
   std::vector<FileIdentity> identities_;
