@@ -8,6 +8,9 @@ for, three ways, in one run:
              engine.load_checkpoint(MOUNT) (DeepSpeed's native loader, load_universal off);
   universal  DeepSpeed's own loader of the same universal checkpoint (checkpoint.load_universal on);
   restore    reshardfs.restore(engine, UCP): the plan's executor fills the engine's buffers directly.
+  copy       (only when asked for) engine.load_checkpoint(COPY), COPY being `reshardfs materialize` of the
+             target (untimed): the target's native files on the same disk, the bound for any way that serves
+             files to DeepSpeed's own loader (what is left is DeepSpeed's work after reading them).
 
 Each way runs cold (page cache dropped after the engines are built, right before the load) and warm (the
 checkpoint's files cached). Measured per way:
@@ -25,7 +28,7 @@ Needs root (drop_caches) and /dev/fuse, the build (scripts/build.sh; RESHARDFS_B
 the venv's Python (scripts/setup.sh). A cold row's disk bytes include the code pages of torch the ranks fault
 back in after the drop (tens of MB).
 
-  python scripts/bench_resume.py [--size-gb 1] [--dp 4] [--stages 1,3] [--ways mount,universal,restore]
+  python scripts/bench_resume.py [--size-gb 1] [--dp 4] [--stages 1,3] [--ways mount,universal,restore[,copy]]
                                  [--caches cold,warm] [--out build/bench_resume.md] [--workdir DIR]
                                  [--restore-chunk-bytes N]
 """
@@ -49,7 +52,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 BUILD = Path(os.environ.get("RESHARDFS_BUILD_DIR", REPO / "build"))  # scripts/build.sh's release build
-WAYS = ("mount", "universal", "restore")
+WAYS = ("mount", "universal", "restore")  # the default; "copy" runs only when --ways names it
+ALL_WAYS = (*WAYS, "copy")
 HEADS = 8  # attention heads of the model built for the checkpoint (MHA: key/value heads the same)
 TOKENS = 32  # sequence length of the first training step's batch, one sequence per rank
 
@@ -254,6 +258,14 @@ def mount(ucp: Path, mnt: Path, dp: int, stage: int, cold: bool) -> tuple[subpro
     return server, time.perf_counter() - start
 
 
+def materialize(ucp: Path, out: Path, dp: int, stage: int) -> None:
+    """The target's native files, as a mount would serve them, written to `out` (the "copy" way)."""
+    subprocess.run([str(BUILD / "fs/reshardfs"), "--log-level", "warn", "materialize", "--quiet", str(ucp), str(out),
+                    "--dp", str(dp), "--zero-stage", str(stage), "--lp-dtype", "bf16"], check=True,
+                   stdout=subprocess.DEVNULL)
+    os.sync()
+
+
 def unmount(server: subprocess.Popen, mnt: Path) -> int:
     """Unmounts; returns the server's peak RSS in KiB."""
     hwm = 0
@@ -287,10 +299,14 @@ def run(args: argparse.Namespace) -> None:
                     if way == "mount":
                         checkpoint = scratch / "mnt"
                         server, mount_s = mount(ucp, checkpoint, args.dp, stage, cold)
+                    elif way == "copy":
+                        checkpoint = scratch / f"copy-zero{stage}"
+                        if not checkpoint.exists():
+                            materialize(ucp, checkpoint, args.dp, stage)
                     else:
                         checkpoint = ucp
-                    if not cold:  # warm: read every file of the checkpoint once first
-                        for p in ucp.rglob("*.pt"):
+                    if not cold:  # warm: read every file the ranks will read once first
+                        for p in (checkpoint if way == "copy" else ucp).rglob("*.pt"):
                             with open(p, "rb") as f:
                                 while f.read(8 << 20):
                                     pass
@@ -365,8 +381,9 @@ def chart(rows: list[dict], path: Path) -> None:
     rows = [r for r in rows if "failed" not in r]
     groups = sorted({(r["stage"], r["cache"]) for r in rows})
     fig, ax = plt.subplots(figsize=(8, 4))
-    width = 0.8 / len(WAYS)
-    for k, way in enumerate(WAYS):
+    ways = [w for w in ALL_WAYS if any(r["way"] == w for r in rows)]
+    width = 0.8 / max(len(ways), 1)
+    for k, way in enumerate(ways):
         values = [next((r["total_s"] for r in rows if (r["stage"], r["cache"], r["way"]) == (*g, way)), 0) for g in groups]
         ax.bar([i + k * width for i in range(len(groups))], values, width, label=way)
     ax.set_xticks([i + width for i in range(len(groups))], [f"ZeRO-{s} {c}" for s, c in groups])
@@ -379,7 +396,7 @@ def chart(rows: list[dict], path: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--way", choices=(*WAYS, "save"))
+    ap.add_argument("--way", choices=(*ALL_WAYS, "save"))
     ap.add_argument("--zero-stage", type=int)
     ap.add_argument("--checkpoint")
     ap.add_argument("--model-config")
@@ -395,6 +412,8 @@ def main() -> None:
     ap.add_argument("--port", type=int, default=29561)
     ap.add_argument("--restore-chunk-bytes", type=int, help="reshardfs.restore's chunk_bytes (default: its own)")
     args = ap.parse_args()
+    if not args.worker and not set(args.ways) <= set(ALL_WAYS):
+        ap.error(f"--ways: each of {', '.join(ALL_WAYS)}, not {','.join(args.ways)}")
     if args.worker:
         worker(args)
     else:

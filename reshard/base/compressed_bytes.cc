@@ -14,7 +14,7 @@ namespace reshard {
 namespace {
 
 // The fastest level: the bytes are computed at mount, on its critical path, and level 1 already
-// shrinks pickles and zip directories 25-35x (level 3 gains nothing measurable on them).
+// shrinks pickles and zip directories 25-35x (level 3 came within 3% of it on them).
 constexpr int kLevel = 1;
 
 struct FreeDCtx {
