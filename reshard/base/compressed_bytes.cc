@@ -108,8 +108,9 @@ Status CompressedBytes::DecompressChunk(uint64_t chunk, uint8_t* out) const {
   const uint64_t length = chunk_length(chunk);
   const size_t n = ZSTD_decompressDCtx(state.ctx.get(), out, length, stored_.data() + begin, ends_[chunk] - begin);
   if (ZSTD_isError(n) || n != length) {
+    const std::string why = ZSTD_isError(n) ? std::string(": ") + ZSTD_getErrorName(n) : "";
     return Corrupt("compressed chunk " + std::to_string(chunk) + " does not decompress to its " +
-                   std::to_string(length) + " bytes" + (ZSTD_isError(n) ? std::string(": ") + ZSTD_getErrorName(n) : ""));
+                   std::to_string(length) + " bytes" + why);
   }
   return Status::Ok();
 }
