@@ -94,6 +94,8 @@ CompressedBytes& CompressedBytes::operator=(CompressedBytes&& other) noexcept {
   return *this;
 }
 
+uint64_t CompressedBytes::chunk_begin(uint64_t chunk) const { return chunk == 0 ? 0 : ends_[chunk - 1]; }
+
 uint64_t CompressedBytes::chunk_length(uint64_t chunk) const {
   return std::min<uint64_t>(chunk_bytes_, size_ - chunk * chunk_bytes_);
 }
@@ -104,7 +106,7 @@ Status CompressedBytes::DecompressChunk(uint64_t chunk, uint8_t* out) const {
     state.ctx.reset(ZSTD_createDCtx());
     if (!state.ctx) return Internal("zstd: cannot make a decompression context");
   }
-  const uint64_t begin = chunk == 0 ? 0 : ends_[chunk - 1];
+  const uint64_t begin = chunk_begin(chunk);
   const uint64_t length = chunk_length(chunk);
   const size_t n = ZSTD_decompressDCtx(state.ctx.get(), out, length, stored_.data() + begin, ends_[chunk] - begin);
   if (ZSTD_isError(n) || n != length) {
@@ -126,7 +128,7 @@ Status CompressedBytes::Read(uint64_t offset, void* out, size_t length) const {
     const uint64_t within = offset % chunk_bytes_;
     const uint64_t chunk_len = chunk_length(chunk);
     const size_t n = static_cast<size_t>(std::min<uint64_t>(chunk_len - within, length));
-    const uint64_t begin = chunk == 0 ? 0 : ends_[chunk - 1];
+    const uint64_t begin = chunk_begin(chunk);
     if (ends_[chunk] - begin == chunk_len) {
       std::memcpy(dest, stored_.data() + begin + within, n);
     } else if (n == chunk_len) {

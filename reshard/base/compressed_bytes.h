@@ -65,6 +65,8 @@ class CompressedBytes {
  private:
   // Chunk `chunk` decompressed into `out` (chunk_length(chunk) bytes).
   Status DecompressChunk(uint64_t chunk, uint8_t* out) const;
+  // Where chunk `chunk` starts in stored_, and its length before compression.
+  uint64_t chunk_begin(uint64_t chunk) const;
   uint64_t chunk_length(uint64_t chunk) const;
 
   uint64_t id_ = 0;  // tells this byte string's chunks apart in the per-thread buffer; 0: empty
