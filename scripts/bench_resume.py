@@ -23,6 +23,8 @@ checkpoint's files cached). Measured per way:
   rss         peak RSS of the largest rank (ru_maxrss) and, for "mount", of the server (VmHWM);
   digest      a hash of every rank's fp32 partition and Adam states after the load: equal digests mean the ways
               loaded the same state.
+For "restore" it also logs each rank's load time and the part of it the executor's fill took (reading and
+copying; the rest is planning, the small metadata files and the engine's own bookkeeping).
 Not a test: it asserts nothing. It prints a markdown table, writes it to --out and a chart beside it (.png).
 Needs root (drop_caches) and /dev/fuse, the build (scripts/build.sh; RESHARDFS_BUILD_DIR names another) and
 the venv's Python (scripts/setup.sh). A cold row's disk bytes include the code pages of torch the ranks fault
@@ -133,10 +135,11 @@ def worker(args: argparse.Namespace) -> None:
     dist.barrier()
     sectors = _sectors_read(args.device) if rank == 0 else 0
     start = time.perf_counter()
+    fill = {}
     if args.way == "restore":
         import reshardfs
         chunk = {"chunk_bytes": args.restore_chunk_bytes} if args.restore_chunk_bytes else {}
-        reshardfs.restore(engine, args.checkpoint, **chunk)
+        fill = reshardfs.restore(engine, args.checkpoint, **chunk)["reshardfs_stats"]
     else:
         path, _ = engine.load_checkpoint(args.checkpoint)
         assert path is not None, f"load_checkpoint({args.checkpoint}) loaded nothing"
@@ -150,7 +153,8 @@ def worker(args: argparse.Namespace) -> None:
     _train_step(engine, config, rank)
     step_s = time.perf_counter() - start
     record = {"load_s": load_s, "step_s": step_s, "disk_bytes": disk, "digest": digest,
-              "max_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "global_steps": engine.global_steps}
+              "max_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "global_steps": engine.global_steps,
+              "fill": fill}
     Path(args.out, f"rank_{rank}.json").write_text(json.dumps(record))
     dist.barrier()
     dist.destroy_process_group()
@@ -322,6 +326,9 @@ def run(args: argparse.Namespace) -> None:
                         if server is not None:
                             server_kib = unmount(server, checkpoint)
                     load_s = max(r["load_s"] for r in ranks)
+                    if way == "restore":
+                        log("per rank: load s " + " ".join(f"{r['load_s']:.2f}" for r in ranks) + ", of which the "
+                            "executor's fill s " + " ".join(f"{r['fill']['seconds']:.2f}" for r in ranks))
                     rows.append({
                         "stage": stage, "way": way, "cache": cache, "mount_s": mount_s, "load_s": load_s,
                         "total_s": mount_s + load_s, "step_s": max(r["step_s"] for r in ranks),
